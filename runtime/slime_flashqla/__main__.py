@@ -1,0 +1,7 @@
+"""`python -m slime_flashqla` runs the CLI."""
+
+import sys
+
+from slime_flashqla.cli import main
+
+sys.exit(main())
