@@ -27,7 +27,7 @@ def test_heads_parsing_and_tp_split():
     assert split_for_tp(model_heads("qwen3-next-80b-a3b"), 8) == HeadConfig(2, 4)
     assert split_for_tp(model_heads("qwen3.5-397b-a17b"), 2) == HeadConfig(8, 32)
     for bad in ("16", "16/30", "a/b", "0/4"):
-        with pytest.raises(ValueError, match="Hk/Hv|multiple"):
+        with pytest.raises(ValueError, match=r"Hk/Hv|multiple"):
             parse_heads(bad)
     with pytest.raises(ValueError, match="does not divide"):
         split_for_tp(HeadConfig(16, 48), 32)
@@ -53,7 +53,7 @@ def test_bad_arguments_fail_before_any_work(tmp_path):
 def test_second_run_finds_the_marker(tmp_path):
     first = warmup(tmp_path, "--heads", "2/4", "--json", str(tmp_path / "a.json"))
     assert "compiled" in first.stdout
-    second = warmup(tmp_path, "--heads", "2/4", "--json", str(tmp_path / "b.json"))
+    warmup(tmp_path, "--heads", "2/4", "--json", str(tmp_path / "b.json"))
     statuses = [r["status"] for r in json.loads((tmp_path / "b.json").read_text())["results"]]
     assert statuses == ["cached"]
     forced = warmup(tmp_path, "--heads", "2/4", "--force", "--json", str(tmp_path / "c.json"))
@@ -65,9 +65,11 @@ def test_concurrent_processes_compile_once(tmp_path):
     """Two ranks starting at once: one compiles under the lock, the other waits and finds it done."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "slime_flashqla", "warmup", "--device", "cpu", "--backends", "torch"]
-            + ["--cache-dir", str(tmp_path / "cache"), "--lengths", "300+300", "--heads", "2/4"]
-            + ["--json", str(tmp_path / f"rank{rank}.json")],
+            [
+                *(sys.executable, "-m", "slime_flashqla", "warmup", "--device", "cpu", "--backends", "torch"),
+                *("--cache-dir", str(tmp_path / "cache"), "--lengths", "300+300", "--heads", "2/4"),
+                *("--json", str(tmp_path / f"rank{rank}.json")),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
