@@ -21,8 +21,8 @@ Usage: env/conda/create_env.sh --prefix DIR [options]
 Create (or update) the slime-flashqla training environment at DIR.
 
   -p, --prefix DIR   where the environment lives (e.g. on shared storage); required
-      --no-flashqla  leave out FlashQLA (flash-qla, tilelang and the CUDA compiler
-                     they need); the fla and torch backends still work
+      --no-flashqla  leave out FlashQLA (flash-qla); the fla and torch backends
+                     still work, and TileLang stays (FLA needs it on Hopper)
       --recreate     remove an existing environment at DIR first
       --tool TOOL    conda, mamba or micromamba (default: first found of
                      mamba, micromamba, conda)
@@ -31,7 +31,7 @@ Create (or update) the slime-flashqla training environment at DIR.
 
 Without a visible GPU (no working nvidia-smi) it sets CONDA_OVERRIDE_CUDA to the
 CUDA version of environment.yml, so a login node can solve the CUDA packages, and
-runs `slime-flashqla doctor` without --require flashqla.
+runs `slime-flashqla doctor` without --require (kernels need a GPU to check).
 EOF
 }
 
@@ -165,10 +165,10 @@ if ((recreate && exists)); then
   exists=0
 fi
 
-log "base layer: Python, PyTorch (CUDA $cuda_version), FLA"
+log "base layer: Python, PyTorch (CUDA $cuda_version), FLA, TileLang"
 apply_env_file "$BASE_FILE"
 if ((with_flashqla)); then
-  log "FlashQLA layer: flash-qla, tilelang, CUDA compiler"
+  log "FlashQLA layer: flash-qla"
   apply_env_file "$FLASHQLA_FILE"
 fi
 
@@ -180,13 +180,15 @@ run "$py" -m pip check
 
 log "checking the environment"
 doctor=("$prefix/bin/slime-flashqla" doctor)
+requires=(--require fla)
 if ((with_flashqla)); then
-  if ((gpu_visible)); then
-    doctor+=(--require flashqla)
-  else
-    log "no GPU here: FlashQLA can only be confirmed on a GPU node, with
-    $prefix/bin/slime-flashqla doctor --require flashqla"
-  fi
+  requires+=(--require flashqla)
+fi
+if ((gpu_visible)); then
+  doctor+=("${requires[@]}")
+else
+  log "no GPU here: the kernels can only be confirmed on a GPU node, with
+    $prefix/bin/slime-flashqla doctor ${requires[*]}"
 fi
 run "${doctor[@]}"
 log "done: activate with '$tool activate $prefix'"

@@ -71,26 +71,22 @@ def test_bad_arguments_fail_clearly(tmp_path, args, message):
 
 def test_fresh_prefix_with_gpu(tmp_path):
     prefix = tmp_path / "env"
-    steps = planned(
-        run_script("--prefix", str(prefix), "--tool", "conda", "--dry-run", gpu=True, tmp_path=tmp_path)
-    )
+    steps = planned(run_script("--prefix", str(prefix), "--tool", "conda", "--dry-run", gpu=True, tmp_path=tmp_path))
     env_dir = ROOT / "env" / "conda"
     assert steps == [
         f"conda env create --prefix {prefix} --file {env_dir / 'environment.yml'}",
         f"conda env update --prefix {prefix} --file {env_dir / 'flashqla.yml'}",
         f"{prefix}/bin/python -m pip install --no-deps {ROOT / 'runtime'}",
         f"{prefix}/bin/python -m pip check",
-        f"{prefix}/bin/slime-flashqla doctor --require flashqla",
+        f"{prefix}/bin/slime-flashqla doctor --require fla --require flashqla",
     ]
 
 
 def test_login_node_overrides_cuda_and_defers_flashqla_check(tmp_path, pins):
-    result = run_script(
-        "--prefix", str(tmp_path / "env"), "--tool", "conda", "--dry-run", gpu=False, tmp_path=tmp_path
-    )
+    result = run_script("--prefix", str(tmp_path / "env"), "--tool", "conda", "--dry-run", gpu=False, tmp_path=tmp_path)
     assert f"CONDA_OVERRIDE_CUDA={pins['torch']['cuda']}" in result.stdout
     assert planned(result)[-1] == f"{tmp_path / 'env'}/bin/slime-flashqla doctor"
-    assert "doctor --require flashqla" in result.stdout  # told how to confirm on a GPU node
+    assert "doctor --require fla --require flashqla" in result.stdout  # how to confirm on a GPU node
 
 
 def test_opt_out_leaves_flashqla_out(tmp_path):
@@ -107,15 +103,13 @@ def test_opt_out_leaves_flashqla_out(tmp_path):
         )
     )
     assert not any("flashqla.yml" in step for step in steps)
-    assert steps[-1].endswith("slime-flashqla doctor")
+    assert steps[-1].endswith("slime-flashqla doctor --require fla")
 
 
 def test_rerun_updates_in_place(tmp_path):
     prefix = tmp_path / "env"
     (prefix / "conda-meta").mkdir(parents=True)
-    steps = planned(
-        run_script("--prefix", str(prefix), "--tool", "mamba", "--dry-run", gpu=True, tmp_path=tmp_path)
-    )
+    steps = planned(run_script("--prefix", str(prefix), "--tool", "mamba", "--dry-run", gpu=True, tmp_path=tmp_path))
     assert steps[0].startswith(f"mamba env update --prefix {prefix} ")
     assert not any(" create " in step or step.startswith("rm ") for step in steps)
 
