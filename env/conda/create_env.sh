@@ -164,15 +164,21 @@ if ((recreate && exists)); then
   run rm -rf -- "$prefix"
   exists=0
 fi
+existed=$exists
 
 log "base layer: Python, PyTorch (CUDA $cuda_version), FLA, TileLang"
 apply_env_file "$BASE_FILE"
+py="$prefix/bin/python"
 if ((with_flashqla)); then
   log "FlashQLA layer: flash-qla"
   apply_env_file "$FLASHQLA_FILE"
+elif ((existed)); then
+  # Updating never removes packages: an environment that had the FlashQLA layer must
+  # lose it for --no-flashqla to mean the same on a re-run as on a first run.
+  log "removing the FlashQLA layer, if present"
+  run "$py" -m pip uninstall --yes flash-qla
 fi
 
-py="$prefix/bin/python"
 log "runtime from $ROOT/runtime"
 # --no-deps: torch must stay conda's CUDA build, never a wheel pip picks.
 run "$py" -m pip install --no-deps "$ROOT/runtime"

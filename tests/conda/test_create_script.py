@@ -102,7 +102,7 @@ def test_opt_out_leaves_flashqla_out(tmp_path):
             tmp_path=tmp_path,
         )
     )
-    assert not any("flashqla.yml" in step for step in steps)
+    assert not any("flashqla.yml" in step or "uninstall" in step for step in steps)
     assert steps[-1].endswith("slime-flashqla doctor --require fla")
 
 
@@ -112,6 +112,18 @@ def test_rerun_updates_in_place(tmp_path):
     steps = planned(run_script("--prefix", str(prefix), "--tool", "mamba", "--dry-run", gpu=True, tmp_path=tmp_path))
     assert steps[0].startswith(f"mamba env update --prefix {prefix} ")
     assert not any(" create " in step or step.startswith("rm ") for step in steps)
+
+
+def test_rerun_with_opt_out_removes_flashqla(tmp_path):
+    prefix = tmp_path / "env"
+    (prefix / "conda-meta").mkdir(parents=True)
+    steps = planned(
+        run_script(
+            "--prefix", str(prefix), "--no-flashqla", "--tool", "conda", "--dry-run", gpu=True, tmp_path=tmp_path
+        )
+    )
+    assert f"{prefix}/bin/python -m pip uninstall --yes flash-qla" in steps
+    assert not any("flashqla.yml" in step for step in steps)
 
 
 def test_recreate_removes_then_creates(tmp_path):
