@@ -15,6 +15,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 RUNTIME = ROOT / "runtime"
 DEV_TOOLS = ROOT / "env" / "dev-tools.txt"
+LINT_TOOLS = ROOT / "env" / "lint.txt"
 
 nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["lint", "tests"]
@@ -63,7 +64,7 @@ def gpu_tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff lint and format check over the Python sources."""
     if has_venv(session):
-        session.install("-r", str(DEV_TOOLS))
+        session.install("-r", str(LINT_TOOLS))
     session.run("ruff", "check", str(ROOT))
     session.run("ruff", "format", "--check", str(ROOT))
 

@@ -103,12 +103,12 @@ class FlashQLABackend:
         return True, status.reason
 
     def input_problem(self, shape: GDNShape, dtype: torch.dtype, device: torch.device) -> str | None:
-        if device.type != "cuda":
-            return f"FlashQLA needs CUDA tensors, got {device.type} tensors"
         if shape.key_dim != FLASHQLA_HEAD_DIM or shape.value_dim != FLASHQLA_HEAD_DIM:
             return f"FlashQLA needs K = V = 128, got K={shape.key_dim}, V={shape.value_dim}"
         if dtype not in (torch.bfloat16, torch.float16):
             return f"FlashQLA needs bfloat16 or float16 q/k/v, got {dtype}"
+        if device.type != "cuda":
+            return f"FlashQLA needs CUDA tensors, got {device.type} tensors"
         return None
 
     def runtime_problem(self, device: torch.device, backward: bool, dtype: torch.dtype) -> str | None:
