@@ -397,3 +397,29 @@ def test_module_runs_standalone_and_imports_no_kernel_library():
         [sys.executable, "-m", "slime_flashqla.bench.gdn", "--help"], capture_output=True, text=True, timeout=120
     )
     assert helped.returncode == 0 and "--skip-unavailable" in helped.stdout and "--tp-configs" in helped.stdout
+
+
+def test_baseline_columns_through_main(tmp_path, monkeypatch):
+    """With a measured fla-repeat row (the torch kernel standing in for FLA), every row is compared with it."""
+    monkeypatch.setitem(gdn.VARIANTS, "fla-repeat", gdn.Variant("fla-repeat", "torch", True, "stand-in"))
+    path, png = tmp_path / "gdn.json", tmp_path / "gdn.png"
+    argv = (*TINY, *TINY_TIMING, "--variants", "fla-repeat,auto", "--levels", "kernel", "--modes", "fwd")
+    assert gdn.main(parse(*argv, "--json", str(path), "--plot", str(png))) == 0
+    report = json.loads(path.read_text())
+    rows = {r["variant"]: r for r in report["rows"]}
+    base, auto = rows["fla-repeat"], rows["auto"]
+    assert base["gva"] is False and auto["gva"] is True
+    assert base["speedup_vs_fla_repeat"] == pytest.approx(1.0)
+    assert auto["speedup_vs_fla_repeat"] == pytest.approx(base["median_ms"] / auto["median_ms"])
+    (summary,) = report["auto"]
+    assert summary["fastest_variant"] == "fla-repeat" and summary["auto_backend"] == "torch"
+    assert summary["auto_vs_fastest"] == pytest.approx(auto["median_ms"] / base["median_ms"])
+    assert summary["within_target"] == (summary["auto_vs_fastest"] <= 1.03)
+    if gdn_plot_available():
+        assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def gdn_plot_available() -> bool:
+    from slime_flashqla.bench.plot import matplotlib_missing
+
+    return matplotlib_missing() is None
