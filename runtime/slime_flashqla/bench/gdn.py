@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import shlex
@@ -455,19 +456,34 @@ def _row(level: str, shape: ShapeSpec, heads: HeadConfig, mode: str, variant: Va
     )
 
 
-def _measure_row(row: Row, call, plan: Plan) -> None:
+def _prepare(level: str, variant: Variant, heads: HeadConfig, inputs: dict, backward: bool, layers: dict, plan: Plan):
+    """The timed call of one row and the backend it calls; a layer is built on first use and kept in `layers`."""
+    if level == "kernel":
+        fn, backend_fn = _kernel_fn(variant, heads)
+        return _kernel_call(fn, inputs, backward), backend_fn
+    key = (heads, variant.name)
+    if key not in layers:
+        layers[key] = _build_layer(variant, heads, plan)
+    return _layer_call(layers[key], inputs, backward), layers[key].chunk_gated_delta_rule
+
+
+def _measure_row(row: Row, prepare, plan: Plan) -> object:
+    """Time the call `prepare()` returns (with the backend it calls) into `row`; return that backend."""
     from slime_flashqla.bench.timing import measure
 
+    backend_fn = None
     try:
+        call, backend_fn = prepare()
         timing = measure(call, plan.device, warmup=plan.warmup, iters=plan.iters)
-    except Exception as error:  # one failing variant must not lose the rest of a long run
+    except Exception as error:  # one failing variant (OOM, a kernel error) must not lose the rest of a long run
         row.status = "error"
         row.reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
         _free_memory(plan.device)
-        return
+        return backend_fn
     row.median_ms, row.min_ms, row.max_ms = timing.median_ms, timing.min_ms, timing.max_ms
     row.iters, row.warmup, row.timer = timing.iters, timing.warmup, timing.timer
     row.tokens_per_s = row.tokens / (timing.median_ms / 1e3)
+    return backend_fn
 
 
 def run_plan(plan: Plan, problems: dict[tuple[str, str], str], progress) -> list[Row]:
@@ -486,24 +502,16 @@ def run_plan(plan: Plan, problems: dict[tuple[str, str], str], progress) -> list
                             rows.append(_row(level, shape, heads, mode, variant, status="skipped", reason=reason))
                             continue
                         row = _row(level, shape, heads, mode, variant, note=variant_note(variant))
-                        if level == "kernel":
-                            fn, backend_fn = _kernel_fn(variant, heads)
-                            call = _kernel_call(fn, inputs, backward)
-                        else:
-                            key = (heads, variant.name)
-                            if key not in layers:
-                                layers[key] = _build_layer(variant, heads, plan)
-                            backend_fn = layers[key].chunk_gated_delta_rule
-                            call = _layer_call(layers[key], inputs, backward)
-                        _measure_row(row, call, plan)
+                        prepare = functools.partial(_prepare, level, variant, heads, inputs, backward, layers, plan)
+                        backend_fn = _measure_row(row, prepare, plan)
                         if variant.backend == "auto":
                             row.auto_backend = _auto_pick(backend_fn, backward)
-                        del call, backend_fn
+                        del prepare, backend_fn
                         rows.append(row)
                         progress(row)
                 del inputs
                 _free_memory(plan.device)
-        del layers
+        layers.clear()
         _free_memory(plan.device)
     return rows
 
@@ -851,6 +859,8 @@ def main(args: argparse.Namespace) -> int:
         if missing:
             print(f"bench gdn: {missing}; no PNG will be written", file=sys.stderr)
     _print_plan(plan, problems)
+    if plan.device.type == "cuda" and plan.iters < 20:
+        print(f"bench gdn: note: --iters {plan.iters} < 20 timed calls per row; the medians will be noisy")
     if args.dry_run:
         return 0
     import torch
