@@ -227,6 +227,18 @@ def test_a_failing_row_is_reported_and_exits_1(tmp_path, monkeypatch):
     assert rows[0]["reason"] == "RuntimeError: kernel exploded" and rows[0]["median_ms"] is None
 
 
+def test_a_layer_that_cannot_be_built_is_a_failed_row(tmp_path, monkeypatch):
+    def no_memory(variant, heads, plan):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(gdn, "_build_layer", no_memory)
+    path = tmp_path / "gdn.json"
+    argv = (*TINY, *TINY_TIMING, "--variants", "torch", "--levels", "layer", "--modes", "fwd", "--json", str(path))
+    assert gdn.main(parse(*argv)) == 1
+    (only,) = json.loads(path.read_text())["rows"]
+    assert only["status"] == "error" and only["reason"] == "RuntimeError: out of memory"
+
+
 # ---------------------------------------------------------------- what is compared
 
 
