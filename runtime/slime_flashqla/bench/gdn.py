@@ -832,6 +832,18 @@ def _print_plan(plan: Plan, problems: dict) -> None:
                 print(f"  auto {heads.label} {mode} -> {choice.backend}: {choice.reason}")
 
 
+def _write_json(path: str, rows: list[Row], plan: Plan, env: dict, *, complete: bool) -> None:
+    """Write the report; `complete` is False while the run is still going (speedups are then missing)."""
+    report = {
+        "complete": complete,
+        "environment": env,
+        "settings": settings(plan),
+        "rows": [dataclasses.asdict(row) for row in rows],
+        "auto": auto_summary(rows) if complete else [],
+    }
+    Path(path).write_text(json.dumps(report, indent=2) + "\n")
+
+
 def main(args: argparse.Namespace) -> int:
     """Run `bench gdn`; 0 when every row ran, 1 when a row failed, 2 for bad input or unavailable variants."""
     try:
@@ -868,12 +880,20 @@ def main(args: argparse.Namespace) -> int:
     if plan.device.type == "cuda":
         torch.cuda.set_device(plan.device)
     console = _rich_console(args.plain)
+    env = environment(plan)
     runnable = plan.num_rows - len(problems) * len(plan.levels) * len(plan.shapes) * len(plan.heads)
+    done: list[Row] = []
     with _progress(runnable, console) as progress:
-        rows = run_plan(plan, problems, progress)
+
+        def on_row(row: Row) -> None:
+            progress(row)
+            if args.json:  # rows so far survive a run that is killed (a time limit) before the end
+                done.append(row)
+                _write_json(args.json, done, plan, env, complete=False)
+
+        rows = run_plan(plan, problems, on_row)
     add_speedups(rows)
     summary = auto_summary(rows)
-    env = environment(plan)
     where = env["gpu"] or f"CPU ({env['cpu']})"
     print_table(console, f"bench gdn on {where}: median of {plan.iters} calls", TABLE_HEADERS, table_cells(rows))
     if summary:
@@ -883,13 +903,7 @@ def main(args: argparse.Namespace) -> int:
     if skipped_cells(rows):
         print_table(console, "skipped variants", ("variant", "mode", "reason"), skipped_cells(rows))
     if args.json:
-        report = {
-            "environment": env,
-            "settings": settings(plan),
-            "rows": [dataclasses.asdict(row) for row in rows],
-            "auto": summary,
-        }
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        _write_json(args.json, rows, plan, env, complete=True)
         print(f"wrote {args.json}")
     if args.markdown:
         Path(args.markdown).write_text(markdown_report(rows, summary, env, plan))

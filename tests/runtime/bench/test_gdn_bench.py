@@ -136,7 +136,7 @@ def tiny_run(tmp_path_factory):
 
 def test_tiny_run_rows(tiny_run):
     rc, _, report = tiny_run
-    assert rc == 0
+    assert rc == 0 and report["complete"] is True
     rows = report["rows"]
     # 2 levels x 1 shape x 1 head config x 2 modes x 2 variants
     assert len(rows) == 8
@@ -225,6 +225,21 @@ def test_a_failing_row_is_reported_and_exits_1(tmp_path, monkeypatch):
     rows = json.loads(path.read_text())["rows"]
     assert [r["status"] for r in rows] == ["error", "error"]
     assert rows[0]["reason"] == "RuntimeError: kernel exploded" and rows[0]["median_ms"] is None
+
+
+def test_rows_reach_the_json_while_the_run_goes_on(tmp_path, monkeypatch):
+    """A run killed midway (a time limit) leaves the rows measured so far, marked incomplete."""
+
+    def first_row_then_killed(plan, problems, progress):
+        progress(row(("kernel", "16+16", "fwd"), "torch", 1.5))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gdn, "run_plan", first_row_then_killed)
+    path = tmp_path / "gdn.json"
+    with pytest.raises(KeyboardInterrupt):
+        gdn.main(parse(*TINY, *TINY_TIMING, "--variants", "torch", "--json", str(path)))
+    report = json.loads(path.read_text())
+    assert report["complete"] is False and [r["median_ms"] for r in report["rows"]] == [1.5]
 
 
 def test_a_layer_that_cannot_be_built_is_a_failed_row(tmp_path, monkeypatch):
