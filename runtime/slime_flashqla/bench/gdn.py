@@ -565,6 +565,14 @@ def auto_summary(rows: list[Row]) -> list[dict]:
     return summary
 
 
+def command_line() -> str:
+    """This process's command line, with `python -m slime_flashqla.bench.gdn` for a `-m` run."""
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).parts[-2:] == ("bench", "gdn.py"):  # `-m` puts the module's file in argv[0]
+        return shlex.join(["python", "-m", "slime_flashqla.bench.gdn", *argv[1:]])
+    return shlex.join(argv)
+
+
 def environment(plan: Plan) -> dict:
     """GPU, versions, date and the exact command line of this run."""
     import datetime
@@ -578,7 +586,7 @@ def environment(plan: Plan) -> dict:
     cuda = plan.device.type == "cuda"
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": shlex.join(sys.argv),
+        "command": command_line(),
         "python": sys.version.split()[0],
         "executable": sys.executable,
         "platform": platform.platform(),

@@ -450,3 +450,10 @@ def gdn_plot_available() -> bool:
     from slime_flashqla.bench.plot import matplotlib_missing
 
     return matplotlib_missing() is None
+
+
+def test_command_line_names_the_module_of_a_dash_m_run(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["/x/slime_flashqla/bench/gdn.py", "--shapes", "1x32768", "--json", "a b.json"])
+    assert gdn.command_line() == "python -m slime_flashqla.bench.gdn --shapes 1x32768 --json 'a b.json'"
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/slime-flashqla", "bench", "gdn", "--plain"])
+    assert gdn.command_line() == "/usr/bin/slime-flashqla bench gdn --plain"
