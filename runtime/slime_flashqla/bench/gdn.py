@@ -118,6 +118,7 @@ class Row:
     speedup_vs_fla_repeat: float | None = None
     speedup_vs_fastest: float | None = None
     auto_backend: str | None = None
+    auto_repeat_qk: bool | None = None  # auto expanded q/k to Hv heads itself (newer `auto`, short batches)
     note: str = ""
 
     @property
@@ -424,10 +425,17 @@ def _layer_call(layer, inputs: dict, backward: bool):
     return call
 
 
-def _auto_pick(auto, backward: bool) -> str | None:
-    """The backend an `auto` object chose for calls with (or without) backward."""
-    picks = {key[-1]: choice.backend for key, choice in getattr(auto, "choices", {}).items()}
-    return picks.get(backward)
+def _auto_choice(auto, row: Row, plan: Plan, backward: bool):
+    """The choice `auto` made for this row's inputs (choices are cached: asking again returns the one it ran)."""
+    import torch
+
+    from slime_flashqla.gdn import GDNShape
+
+    if not hasattr(auto, "choose"):
+        return None
+    dim = plan.head_dim
+    shape = GDNShape(1, row.tokens, row.key_heads, row.value_heads, dim, dim, len(row.lengths), True)
+    return auto.choose(shape, getattr(torch, plan.dtype), plan.device, backward)
 
 
 def _free_memory(device) -> None:
@@ -504,8 +512,10 @@ def run_plan(plan: Plan, problems: dict[tuple[str, str], str], progress) -> list
                         row = _row(level, shape, heads, mode, variant, note=variant_note(variant))
                         prepare = functools.partial(_prepare, level, variant, heads, inputs, backward, layers, plan)
                         backend_fn = _measure_row(row, prepare, plan)
-                        if variant.backend == "auto":
-                            row.auto_backend = _auto_pick(backend_fn, backward)
+                        choice = _auto_choice(backend_fn, row, plan, backward) if variant.backend == "auto" else None
+                        if choice is not None:
+                            row.auto_backend = choice.backend
+                            row.auto_repeat_qk = bool(getattr(choice, "repeat_qk", False))
                         del prepare, backend_fn
                         rows.append(row)
                         progress(row)
@@ -547,6 +557,7 @@ def auto_summary(rows: list[Row]) -> list[dict]:
             continue
         best = min(others, key=lambda row: row.median_ms)
         ratio = auto.median_ms / best.median_ms
+        same_form = auto.auto_repeat_qk is None or auto.auto_repeat_qk == (not best.gva)
         summary.append(
             {
                 "level": level,
@@ -558,7 +569,9 @@ def auto_summary(rows: list[Row]) -> list[dict]:
                 "fastest_variant": best.variant,
                 "fastest_ms": best.median_ms,
                 "auto_vs_fastest": ratio,
+                "auto_repeat_qk": auto.auto_repeat_qk,
                 "picked_fastest_backend": auto.auto_backend == best.backend,
+                "picked_fastest_variant": auto.auto_backend == best.backend and same_form,
                 "within_target": ratio <= AUTO_TARGET,
             }
         )
@@ -656,7 +669,7 @@ def _row_note(row: Row) -> str:
     if row.status == "error":
         parts.append(f"ERROR {row.reason}")
     if row.variant == "auto":
-        parts.append(f"auto -> {row.auto_backend or '?'}")
+        parts.append(f"auto -> {row.auto_backend or '?'}" + (" (repeats q/k)" if row.auto_repeat_qk else ""))
     if row.note:
         parts.append(row.note)
     return "; ".join(parts)
@@ -706,7 +719,7 @@ def auto_cells(summary: list[dict]) -> list[list[str]]:
             item["shape"],
             item["heads"],
             item["mode"],
-            str(item["auto_backend"]),
+            str(item["auto_backend"]) + (" (repeat)" if item["auto_repeat_qk"] else ""),
             item["fastest_variant"],
             f"{item['auto_vs_fastest']:.3f}",
             "yes" if item["within_target"] else "NO",

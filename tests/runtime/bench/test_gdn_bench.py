@@ -287,7 +287,7 @@ def test_repeat_variant_hands_the_kernel_hv_heads():
     assert seen == [(8, 8, 8)]
 
 
-def row(group_key, variant, ms, backend=None, auto_backend=None, status="ok"):
+def row(group_key, variant, ms, backend=None, auto_backend=None, status="ok", auto_repeat_qk=None):
     level, shape, mode = group_key
     return gdn.Row(
         level=level,
@@ -303,24 +303,29 @@ def row(group_key, variant, ms, backend=None, auto_backend=None, status="ok"):
         status=status,
         median_ms=ms,
         auto_backend=auto_backend,
+        auto_repeat_qk=auto_repeat_qk,
     )
 
 
 def test_speedup_math_on_a_constructed_result_set():
-    a, b = ("kernel", "1x8192", "fwd+bwd"), ("layer", "1x8192", "fwd+bwd")
+    a, b, c = ("kernel", "1x8192", "fwd+bwd"), ("layer", "1x8192", "fwd+bwd"), ("kernel", "1x8192", "fwd")
     rows = [
         row(a, "fla-repeat", 10.0),
         row(a, "fla-gva", 8.0),
         row(a, "flashqla-repeat", 5.0),
         row(a, "flashqla-gva", 4.0),
-        row(a, "auto", 4.1, backend="auto", auto_backend="flashqla"),
+        row(a, "auto", 4.1, backend="auto", auto_backend="flashqla", auto_repeat_qk=False),
         row(a, "torch", None, status="skipped"),
         row(b, "fla-gva", 4.0),
         row(b, "flashqla-gva", 5.0),
         row(b, "auto", 5.0, backend="auto", auto_backend="flashqla"),
+        # auto repeated q/k itself, but GVA was the faster form of its backend
+        row(c, "flashqla-repeat", 2.0),
+        row(c, "flashqla-gva", 1.0),
+        row(c, "auto", 2.0, backend="auto", auto_backend="flashqla", auto_repeat_qk=True),
     ]
     gdn.add_speedups(rows)
-    by = {(r.level, r.variant): r for r in rows}
+    by = {(r.level, r.variant): r for r in rows if r.mode == "fwd+bwd"}
     assert by[("kernel", "fla-repeat")].speedup_vs_fla_repeat == pytest.approx(1.0)
     assert by[("kernel", "fla-gva")].speedup_vs_fla_repeat == pytest.approx(1.25)
     assert by[("kernel", "flashqla-gva")].speedup_vs_fla_repeat == pytest.approx(2.5)
@@ -332,15 +337,20 @@ def test_speedup_math_on_a_constructed_result_set():
     assert by[("layer", "fla-gva")].speedup_vs_fla_repeat is None
     assert by[("layer", "flashqla-gva")].speedup_vs_fastest == pytest.approx(0.8)
 
-    summary = {item["level"]: item for item in gdn.auto_summary(rows)}
+    summary = {item["level"]: item for item in gdn.auto_summary(rows) if item["mode"] == "fwd+bwd"}
     assert summary["kernel"]["fastest_variant"] == "flashqla-gva"
     assert summary["kernel"]["auto_vs_fastest"] == pytest.approx(1.025)
     assert summary["kernel"]["within_target"] and summary["kernel"]["picked_fastest_backend"]
+    assert summary["kernel"]["picked_fastest_variant"]
     assert summary["layer"]["fastest_variant"] == "fla-gva"
     assert summary["layer"]["auto_vs_fastest"] == pytest.approx(1.25)
     assert not summary["layer"]["within_target"] and not summary["layer"]["picked_fastest_backend"]
     cells = gdn.auto_cells(list(summary.values()))
     assert cells[0][-2:] == ["1.025", "yes"] and cells[1][-2:] == ["1.250", "NO"]
+    (repeated,) = [item for item in gdn.auto_summary(rows) if item["mode"] == "fwd"]
+    assert repeated["picked_fastest_backend"] and not repeated["picked_fastest_variant"]
+    assert repeated["auto_vs_fastest"] == pytest.approx(2.0)
+    assert gdn.auto_cells([repeated])[0][4] == "flashqla (repeat)"
 
 
 def test_cpu_timer_takes_the_median_of_the_timed_calls():
@@ -393,7 +403,8 @@ def test_skip_unavailable_lists_skipped_variants(tmp_path, capsys):
     assert all(r["reason"] and r["median_ms"] is None for r in skipped)
     ran = [r for r in rows if r["status"] == "ok"]
     assert {r["variant"] for r in ran} == {"torch", "auto"}
-    assert all(r["auto_backend"] == "torch" for r in ran if r["variant"] == "auto")  # auto on CPU runs torch
+    autos = [r for r in ran if r["variant"] == "auto"]
+    assert len(autos) == 2 and all(r["auto_backend"] == "torch" and r["auto_repeat_qk"] is False for r in autos)
     report = json.loads(path.read_text())
     assert {item["mode"] for item in report["auto"]} == {"fwd", "fwd+bwd"}
     assert all(item["fastest_variant"] == "torch" for item in report["auto"])
