@@ -1,0 +1,1 @@
+"""Benchmarks behind `slime-flashqla bench`: each module has `add_arguments(parser)` and `main(args)`."""
