@@ -12,6 +12,7 @@ import sys
 SUBCOMMAND_MODULES = (
     "slime_flashqla.cli.doctor",
     "slime_flashqla.cli.check",
+    "slime_flashqla.cli.bench",
 )
 
 

@@ -33,7 +33,7 @@ class _State:
 _STATE = _State()
 _LOCK = threading.Lock()
 _COUNTS: dict[str, list[int]] = {}  # op name -> [checked, skipped, cleared]
-_SEEN: set = set()  # `first-use` keys (op, group id[, peer]) probed since the last re-arm
+_SEEN: dict[str, set] = {}  # op name -> `first-use` keys (group id[, peer]) probed since the last re-arm
 _PATCHES: list[tuple[object, str, object, object]] = []  # (owner, name, original, wrapper)
 _PROBE_FAILED = [False]
 _ORIGINAL_ATTR = "__slime_flashqla_original__"
@@ -85,47 +85,46 @@ def _param_index(func: Callable, names: tuple[str, ...]) -> tuple[int, str] | No
     return None
 
 
-def _module_key_fn(func: Callable, op_name: str) -> Callable[[tuple, dict], object]:
-    """Build the `first-use` key function of a module-level op: its group, and peer for p2p."""
+def _module_key(func: Callable, op_name: str) -> tuple[int, str] | Callable[[tuple, dict], object]:
+    """How `first-use` keys an op's calls: (group position, group name) or a key function."""
     if op_name == "batch_isend_irecv":
 
         def batch_key(args: tuple, kwargs: dict) -> object:
             p2p_ops = args[0] if args else kwargs.get("p2p_op_list", ())
-            return (op_name, *((id(op.group), op.peer) for op in p2p_ops))
+            return tuple((id(op.group), op.peer) for op in p2p_ops)
 
         return batch_key
-    group = _param_index(func, ("group",)) or (1 << 30, "group")
+    gi, gname = _param_index(func, ("group",)) or (1 << 30, "group")
     peer = _param_index(func, ops.PEER_PARAMS) if op_name in ops.P2P_OPS else None
-    gi, gname = group
     if peer is None:
-
-        def group_key(args: tuple, kwargs: dict) -> object:
-            return (op_name, id(args[gi] if len(args) > gi else kwargs.get(gname)))
-
-        return group_key
+        return gi, gname
     pi, pname = peer
 
     def p2p_key(args: tuple, kwargs: dict) -> object:
         group = args[gi] if len(args) > gi else kwargs.get(gname)
         # torch accepts the peer under its global or group-rank name: key on whichever was given
         peer_val = args[pi] if len(args) > pi else kwargs.get(pname, kwargs.get("group_" + pname))
-        return (op_name, id(group), peer_val)
+        return (id(group), peer_val)
 
     return p2p_key
 
 
-def _method_key_fn(op_name: str) -> Callable[[tuple, dict], object]:
-    """Build the `first-use` key function of a ProcessGroup method: self, and peer for send/recv."""
+def _method_key(op_name: str) -> tuple[int, str] | Callable[[tuple, dict], object]:
+    """How `first-use` keys calls of a ProcessGroup method: by self, and the peer for send/recv."""
     if op_name in ("send", "recv"):  # (self, tensors, peer, tag)
-        return lambda args, kwargs: (op_name, id(args[0]), args[2] if len(args) > 2 else None)
-    return lambda args, kwargs: (op_name, id(args[0]))
+        return lambda args, kwargs: (id(args[0]), args[2] if len(args) > 2 else None)
+    return 0, "self"
 
 
-def _guarded(original: Callable, op_name: str, key_fn: Callable, call: Callable, is_method: bool) -> Callable:
+def _guarded(original: Callable, op_name: str, key, call: Callable, is_method: bool) -> Callable:
     """Wrap one torch.distributed callable so each call runs the policy's check first."""
     counts = _counts(op_name)
     skippable = op_name in ops.SKIP_OPS
-    state, seen = _STATE, _SEEN
+    state = _STATE
+    seen = _SEEN.setdefault(op_name, set())  # keys of this op probed since the last re-arm
+    # The common case, a key that is just the group argument, is computed inline:
+    # a key-function call would double the steady-state cost of `first-use`.
+    key_fn, gi, gname = (key, -1, "") if callable(key) else (None, *key)
     getframe, c10d_globals = sys._getframe, sys.modules["torch.distributed.distributed_c10d"].__dict__
 
     @functools.wraps(original)
@@ -139,11 +138,14 @@ def _guarded(original: Callable, op_name: str, key_fn: Callable, call: Callable,
         if code == 0 or (code == 2 and skippable):
             counts[1] += 1
         elif code == 3:
-            key = key_fn(args, kwargs)
-            if key in seen:
+            if key_fn is None:
+                k = id(args[gi] if len(args) > gi else kwargs.get(gname))
+            else:
+                k = key_fn(args, kwargs)
+            if k in seen:
                 counts[1] += 1
             else:
-                seen.add(key)
+                seen.add(k)
                 _check(counts)
         else:
             _check(counts)
@@ -165,7 +167,7 @@ def _lifecycle(original: Callable) -> Callable:
         try:
             return original(*args, **kwargs)
         finally:
-            _SEEN.clear()
+            _rearm()
 
     setattr(wrapper, _ORIGINAL_ATTR, original)
     return wrapper
@@ -199,7 +201,7 @@ def _patch_all() -> None:
     for name in ops.MODULE_OPS:
         func = getattr(dist, name, None)
         if callable(func):
-            patch(dist, name, _guarded(func, name, _module_key_fn(func, name), func, False), func)
+            patch(dist, name, _guarded(func, name, _module_key(func, name), func, False), func)
     for name in ops.LIFECYCLE_OPS:
         func = getattr(dist, name, None)
         if callable(func):
@@ -210,7 +212,7 @@ def _patch_all() -> None:
         if raw is None:
             continue
         func = getattr(pg, name)
-        patch(pg, name, _guarded(func, name, _method_key_fn(name), func, True), raw)
+        patch(pg, name, _guarded(func, name, _method_key(name), func, True), raw)
     for name in ("__new__", "__init__"):
         raw = dist.P2POp.__dict__[name]
         func = getattr(dist.P2POp, name)
@@ -253,7 +255,7 @@ def install(policy: str | None = None, threshold_gb: float = 3.0, probe: Callabl
         _STATE.policy = resolved
         _STATE.probe = probe if probe is not None else memory.probe
         _STATE.threshold_bytes = int(threshold_gb * memory.GIB)
-        _SEEN.clear()
+        _rearm()
         _STATE.code = _CODES[resolved]
     return resolved
 
@@ -264,7 +266,7 @@ def uninstall() -> None:
         _STATE.code = None  # wrappers someone still holds now pass straight through
         _STATE.policy = None
         foreign = _unpatch_all()
-        _SEEN.clear()
+        _rearm()
     if foreign:
         warnings.warn(
             "slime_flashqla.comm_guard: left in place because something re-patched them after install "
@@ -286,7 +288,13 @@ def active_policy() -> str | None:
 
 def rearm() -> None:
     """Make `first-use` probe every op again on its next call (after offload or a manual group rebuild)."""
-    _SEEN.clear()
+    _rearm()
+
+
+def _rearm() -> None:
+    """Forget every `first-use` key (the per-op sets stay: the wrappers hold them)."""
+    for keys in _SEEN.values():
+        keys.clear()
 
 
 def stats() -> dict[str, dict[str, int]]:
@@ -309,7 +317,7 @@ def _after_fork_in_child() -> None:
     _STATE.code = None
     _STATE.policy = None
     _unpatch_all()
-    _SEEN.clear()
+    _rearm()
     reset_stats()
     _PROBE_FAILED[0] = False
 
