@@ -157,14 +157,14 @@ def wrapper_overhead(calls: int = 200_000, reps: int = 7) -> dict[str, float]:
     def target(tensor, op=None, group=None, async_op=False):
         return None
 
-    def per_call(fn) -> float:
+    def per_call(fn, n: int = calls) -> float:
         # the fastest repetition: the one least disturbed by other work on the machine
         best = float("inf")
         for _ in range(reps):
             t0 = time.perf_counter()
-            for _ in range(calls):
+            for _ in range(n):
                 fn(None)
-            best = min(best, (time.perf_counter() - t0) / calls)
+            best = min(best, (time.perf_counter() - t0) / n)
         return best * 1e6
 
     def wrapped(op_name: str, method: bool = False):
@@ -185,7 +185,7 @@ def wrapper_overhead(calls: int = 200_000, reps: int = 7) -> dict[str, float]:
         out[label] = per_call(fn) - base
     # `always` consults the default probe: on a GPU that is one torch.cuda.mem_get_info.
     comm_guard.install("always")
-    out["always (probe consulted)"] = per_call(wrapped("all_reduce")) - base
+    out["always (probe consulted)"] = per_call(wrapped("all_reduce"), max(1, calls // 10)) - base
     comm_guard.uninstall()
     comm_guard.reset_stats()
     return out
@@ -206,6 +206,7 @@ def run_rank(args: argparse.Namespace) -> dict | None:
     backend = dist.get_backend()
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     small_default, large_default = DEFAULT_ITERS.get(backend, DEFAULT_ITERS["gloo"])
+    load_start = os.getloadavg()[0]  # CPU contention from other work makes host-side timings noisy
     rows = []
     for op in args.ops:
         for nbytes in (0,) if op in SIZE_FREE_OPS else args.sizes:
@@ -245,6 +246,7 @@ def run_rank(args: argparse.Namespace) -> dict | None:
             if device.type == "cuda"
             else platform.processor() or "cpu",
             "cpu_count": os.cpu_count(),
+            "loadavg_1m": {"start": load_start, "end": os.getloadavg()[0]},
             "torch": torch.__version__,
             "python": platform.python_version(),
             "command": " ".join(sys.argv),
