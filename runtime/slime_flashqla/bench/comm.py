@@ -158,13 +158,15 @@ def wrapper_overhead(calls: int = 200_000, reps: int = 7) -> dict[str, float]:
         return None
 
     def per_call(fn, n: int = calls) -> float:
-        # the fastest repetition: the one least disturbed by other work on the machine
+        # CPU time of this thread, not wall time: on a busy machine the time the process
+        # spends descheduled would otherwise swamp sub-microsecond differences.  The
+        # fastest repetition is the one least disturbed by cache and frequency effects.
         best = float("inf")
         for _ in range(reps):
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             for _ in range(n):
                 fn(None)
-            best = min(best, (time.perf_counter() - t0) / n)
+            best = min(best, (time.thread_time() - t0) / n)
         return best * 1e6
 
     def wrapped(op_name: str, method: bool = False):
@@ -249,7 +251,7 @@ def run_rank(args: argparse.Namespace) -> dict | None:
             "loadavg_1m": {"start": load_start, "end": os.getloadavg()[0]},
             "torch": torch.__version__,
             "python": platform.python_version(),
-            "command": " ".join(sys.argv),
+            "command": " ".join(sys.orig_argv),
             "rounds": args.rounds,
             "warmup": args.warmup,
             "timing": "per call: perf_counter around the op and its completion (CUDA sync / work wait)",
