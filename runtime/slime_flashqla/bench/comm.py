@@ -205,6 +205,9 @@ def run_rank(args: argparse.Namespace) -> dict | None:
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
+    if "isend+irecv" in args.ops and world % 2:
+        # every rank reaches this check, so all of them stop instead of one hanging in a collective
+        raise SystemExit(f"bench comm: isend+irecv pairs ranks (0,1), (2,3)...; world size {world} is odd")
     backend = dist.get_backend()
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     small_default, large_default = DEFAULT_ITERS.get(backend, DEFAULT_ITERS["gloo"])

@@ -92,8 +92,8 @@ LIFECYCLE_OPS = (
     "destroy_process_group",
 )
 
-# NCCL builds a separate communicator for each pair of point-to-point peers, so
-# for these ops `first-use` keys on the peer as well as the group.
+# PyTorch's NCCL backend can build a separate communicator for a pair of
+# point-to-point peers, so for these ops `first-use` keys on the peer as well.
 P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "send_object_list", "recv_object_list"})
 PEER_PARAMS = ("dst", "src", "group_dst", "group_src", "peer")
 

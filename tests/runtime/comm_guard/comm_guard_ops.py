@@ -22,12 +22,24 @@ def _exchange(rank, world, send_fn, recv_fn, make_send, make_recv):
     """Run a blocking p2p ring step without deadlock: even ranks send first, odd ranks receive first."""
     dst, src = _p2p_peers(rank, world)
     out = make_recv()
+    errors = []
+
+    def attempt(fn, *args):
+        # A receive can fail after its data arrived (recv_object_list without numpy):
+        # still send, so the peer is not left waiting and the ranks stay in step.
+        try:
+            fn(*args)
+        except Exception as exc:
+            errors.append(exc)
+
     if rank % 2 == 0:
-        send_fn(make_send(), dst)
-        recv_fn(out, src)
+        attempt(send_fn, make_send(), dst)
+        attempt(recv_fn, out, src)
     else:
-        recv_fn(out, src)
-        send_fn(make_send(), dst)
+        attempt(recv_fn, out, src)
+        attempt(send_fn, make_send(), dst)
+    if errors:
+        raise errors[0]
     return out
 
 
