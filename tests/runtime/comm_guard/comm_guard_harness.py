@@ -13,13 +13,16 @@ from datetime import timedelta
 DEADLINE_S = 90
 
 
-def _rank_main(fn, rank, world_size, store_path, queue, kwargs):
-    """Init gloo, run fn(rank, world_size, **kwargs), send its result (or traceback) to the parent."""
+def _rank_main(fn, rank, world_size, store_path, queue, kwargs, backend="gloo"):
+    """Init the backend, run fn(rank, world_size, **kwargs), send its result (or traceback) to the parent."""
+    import torch
     import torch.distributed as dist
 
     try:
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
         dist.init_process_group(
-            "gloo",
+            backend,
             init_method=f"file://{store_path}",
             rank=rank,
             world_size=world_size,
@@ -33,7 +36,7 @@ def _rank_main(fn, rank, world_size, store_path, queue, kwargs):
         queue.put((rank, "error", traceback.format_exc()))
 
 
-def run_world(fn, world_size: int, start_method: str = "fork", deadline_s: float = DEADLINE_S, **kwargs):
+def run_world(fn, world_size: int, start_method="fork", deadline_s=DEADLINE_S, backend="gloo", **kwargs):
     """Return [result of rank 0, ..., rank N-1]; raise AssertionError on any rank's error or the deadline."""
     ctx = mp.get_context(start_method)
     queue = ctx.Queue()
@@ -41,7 +44,9 @@ def run_world(fn, world_size: int, start_method: str = "fork", deadline_s: float
     os.close(fd)
     os.unlink(store_path)  # FileStore wants to create the file itself
     procs = [
-        ctx.Process(target=_rank_main, args=(fn, r, world_size, store_path, queue, kwargs), daemon=True)
+        ctx.Process(
+            target=_rank_main, args=(fn, r, world_size, store_path, queue, kwargs, backend), daemon=True
+        )
         for r in range(world_size)
     ]
     for p in procs:
