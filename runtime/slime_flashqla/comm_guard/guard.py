@@ -214,7 +214,9 @@ def _patch_all() -> None:
         func = getattr(pg, name)
         patch(pg, name, _guarded(func, name, _method_key(name), func, True), raw)
     for name in ("__new__", "__init__"):
-        raw = dist.P2POp.__dict__[name]
+        raw = dist.P2POp.__dict__.get(name)
+        if raw is None:  # a torch without this override has nothing to unwrap there
+            continue
         func = getattr(dist.P2POp, name)
         wrapped = _p2pop_unwrapping(func)
         patch(dist.P2POp, name, staticmethod(wrapped) if name == "__new__" else wrapped, raw)
@@ -249,6 +251,10 @@ def install(policy: str | None = None, threshold_gb: float = 3.0, probe: Callabl
         raise ValueError(f"comm guard: threshold_gb must be a finite number >= 0 (GiB), got {threshold_gb!r}")
     if probe is not None and not callable(probe):
         raise TypeError(f"comm guard: probe must be a callable returning free bytes or None, got {probe!r}")
+    import torch.distributed
+
+    if not torch.distributed.is_available():
+        raise RuntimeError("comm guard: this torch build has no torch.distributed; there is nothing to guard")
     with _LOCK:
         if not _PATCHES:
             _patch_all()
