@@ -224,7 +224,8 @@ def run_rank(args: argparse.Namespace) -> dict | None:
                 {"op": op, "bytes": nbytes, "iters": iters * args.rounds, "samples": samples, "stats": steady}
             )
             if rank == 0:
-                print(f"  {op} {_human(nbytes) if nbytes else ''}: done", file=sys.stderr, flush=True)
+                label = f"{op} {_human(nbytes)}" if nbytes else op
+                print(f"  {label}: done", file=sys.stderr, flush=True)
     # One number per (row, variant): the slowest rank's median, so a straggler is not hidden.
     medians = torch.tensor(
         [statistics.median(r["samples"][v]) for r in rows for v in VARIANTS],
