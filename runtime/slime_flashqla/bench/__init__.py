@@ -1,1 +1,1 @@
-"""Benchmarks behind `slime-flashqla bench`: each module has `add_arguments(parser)` and `main(args)`."""
+"""Benchmarks behind `slime-flashqla bench`: `gdn` (GDN kernels and layers) and `comm` (the comm guard)."""

@@ -946,5 +946,7 @@ def build_parser() -> argparse.ArgumentParser:
     return add_arguments(argparse.ArgumentParser(prog="python -m slime_flashqla.bench.gdn"))
 
 
+run = main  # the name `slime-flashqla bench` calls
+
 if __name__ == "__main__":
     sys.exit(main(build_parser().parse_args()))

@@ -13,6 +13,7 @@ SUBCOMMAND_MODULES = (
     "slime_flashqla.cli.doctor",
     "slime_flashqla.cli.check",
     "slime_flashqla.cli.warmup",
+    "slime_flashqla.cli.bench",
 )
 
 
