@@ -56,9 +56,7 @@ def _size(text: str) -> int:
     try:
         value = int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"size {text!r}: use bytes or a K/M/G suffix, e.g. 4K, 64M"
-        ) from None
+        raise argparse.ArgumentTypeError(f"size {text!r}: use bytes or a K/M/G suffix, e.g. 4K, 64M") from None
     if value < 4 or value % 4:
         raise argparse.ArgumentTypeError(f"size {text!r}: must be a positive multiple of 4 bytes (float32)")
     return value
@@ -220,9 +218,7 @@ def run_rank(args: argparse.Namespace) -> dict | None:
             warmup = min(args.warmup, max(1, iters // 2)) if large else args.warmup
             call = _make_call(op, nbytes, device, rank, world)
             samples, steady = _time_op(call, iters, warmup, args.rounds)
-            rows.append(
-                {"op": op, "bytes": nbytes, "iters": iters * args.rounds, "samples": samples, "stats": steady}
-            )
+            rows.append({"op": op, "bytes": nbytes, "iters": iters * args.rounds, "samples": samples, "stats": steady})
             if rank == 0:
                 label = f"{op} {_human(nbytes)}" if nbytes else op
                 print(f"  {label}: done", file=sys.stderr, flush=True)
@@ -248,9 +244,7 @@ def run_rank(args: argparse.Namespace) -> dict | None:
             "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
             "backend": backend,
             "world_size": world,
-            "device": torch.cuda.get_device_name(device)
-            if device.type == "cuda"
-            else platform.processor() or "cpu",
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "cpu_count": os.cpu_count(),
             "loadavg_1m": {"start": load_start, "end": os.getloadavg()[0]},
             "torch": torch.__version__,
@@ -318,9 +312,7 @@ def run(args: argparse.Namespace) -> int:
     if args.backend is None:
         args.backend = "nccl" if torch.cuda.is_available() else "gloo"
     if args.backend == "nccl" and not torch.cuda.is_available():
-        print(
-            "bench comm: --backend nccl needs CUDA GPUs; use --backend gloo on this machine", file=sys.stderr
-        )
+        print("bench comm: --backend nccl needs CUDA GPUs; use --backend gloo on this machine", file=sys.stderr)
         return 2
     if args.rounds < 1 or args.warmup < 0 or min(args.iters_small or 1, args.iters_large or 1) < 1:
         print("bench comm: --rounds and --iters-* must be >= 1, --warmup >= 0", file=sys.stderr)
@@ -348,9 +340,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m slime_flashqla.bench.comm`: parse arguments and run."""
-    parser = argparse.ArgumentParser(
-        prog="python -m slime_flashqla.bench.comm", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m slime_flashqla.bench.comm", description=__doc__.split("\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

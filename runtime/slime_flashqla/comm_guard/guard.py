@@ -138,10 +138,7 @@ def _guarded(original: Callable, op_name: str, key, call: Callable, is_method: b
         if code == 0 or (code == 2 and skippable):
             counts[1] += 1
         elif code == 3:
-            if key_fn is None:
-                k = id(args[gi] if len(args) > gi else kwargs.get(gname))
-            else:
-                k = key_fn(args, kwargs)
+            k = id(args[gi] if len(args) > gi else kwargs.get(gname)) if key_fn is None else key_fn(args, kwargs)
             if k in seen:
                 counts[1] += 1
             else:
@@ -306,9 +303,7 @@ def _rearm() -> None:
 def stats() -> dict[str, dict[str, int]]:
     """Return op name -> {"checked", "skipped", "cleared"} for every op called since the last reset."""
     return {
-        name: {"checked": c[0], "skipped": c[1], "cleared": c[2]}
-        for name, c in sorted(_COUNTS.items())
-        if c[0] or c[1]
+        name: {"checked": c[0], "skipped": c[1], "cleared": c[2]} for name, c in sorted(_COUNTS.items()) if c[0] or c[1]
     }
 
 

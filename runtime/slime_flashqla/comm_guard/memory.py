@@ -59,6 +59,5 @@ def memory_note(op_name: str, policy: str | None, threshold_bytes: int) -> str:
     """Build the PEP 678 note added to an exception raised by a guarded collective."""
     setting = f"policy {policy}, threshold {threshold_bytes / GIB:.2f} GiB" if policy else "guard inactive"
     return (
-        f"slime_flashqla.comm_guard: torch.distributed {op_name} raised; "
-        f"{_gpu_memory()}; {_host_memory()}; {setting}"
+        f"slime_flashqla.comm_guard: torch.distributed {op_name} raised; {_gpu_memory()}; {_host_memory()}; {setting}"
     )

@@ -27,7 +27,6 @@ def resolve_policy(policy: str | None) -> str:
             return DEFAULT_POLICY
     if not isinstance(policy, str) or policy.strip().lower() not in POLICIES:
         raise ValueError(
-            f"comm guard: {source} is {policy!r}; valid policies: {', '.join(POLICIES)} "
-            f"(default {DEFAULT_POLICY})"
+            f"comm guard: {source} is {policy!r}; valid policies: {', '.join(POLICIES)} (default {DEFAULT_POLICY})"
         )
     return policy.strip().lower()

@@ -44,9 +44,7 @@ def run_world(fn, world_size: int, start_method="fork", deadline_s=DEADLINE_S, b
     os.close(fd)
     os.unlink(store_path)  # FileStore wants to create the file itself
     procs = [
-        ctx.Process(
-            target=_rank_main, args=(fn, r, world_size, store_path, queue, kwargs, backend), daemon=True
-        )
+        ctx.Process(target=_rank_main, args=(fn, r, world_size, store_path, queue, kwargs, backend), daemon=True)
         for r in range(world_size)
     ]
     for p in procs:

@@ -6,6 +6,7 @@ import argparse
 import json
 
 import pytest
+
 from slime_flashqla.bench import comm
 from slime_flashqla.cli import bench as bench_cli
 
@@ -23,9 +24,7 @@ def test_bench_comm_gloo_two_ranks(tmp_path, monkeypatch, capfd):
 
     assert report["meta"]["backend"] == "gloo"
     assert report["meta"]["world_size"] == 2
-    assert [(r["op"], r["bytes"]) for r in report["rows"]] == [
-        (op, 0 if op == "barrier" else 4096) for op in comm.OPS
-    ]
+    assert [(r["op"], r["bytes"]) for r in report["rows"]] == [(op, 0 if op == "barrier" else 4096) for op in comm.OPS]
     for row in report["rows"]:
         assert all(us > 0 for us in row["median_us"].values()), row
         assert set(row["ratio"]) == {"always", "whitelist", "first-use", "off"}
@@ -49,9 +48,7 @@ def test_bench_comm_gloo_two_ranks(tmp_path, monkeypatch, capfd):
 def test_bench_cli_dispatches_by_name():
     parser = argparse.ArgumentParser(prog="slime-flashqla")
     bench_cli.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(
-        ["bench", "comm", "--backend", "gloo", "--sizes", "4K", "64M", "--ops", "barrier"]
-    )
+    args = parser.parse_args(["bench", "comm", "--backend", "gloo", "--sizes", "4K", "64M", "--ops", "barrier"])
     assert (args.benchmark, args.sizes, args.ops) == ("comm", [4096, 64 * 1024**2], ["barrier"])
     assert callable(args.func)
     for bad in (["bench", "comm", "--sizes", "3"], ["bench", "comm", "--sizes", "lots"], ["bench"]):

@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch.distributed as dist
+
 from slime_flashqla import comm_guard
 from slime_flashqla.comm_guard import ops
 
@@ -101,9 +102,7 @@ def test_default_probe_knows_nothing_without_cuda():
 def _snapshot():
     """The current objects behind every name the guard may replace."""
     snap = {("dist", n): getattr(dist, n) for n in (*ops.MODULE_OPS, *ops.LIFECYCLE_OPS) if hasattr(dist, n)}
-    snap.update(
-        {("pg", n): dist.ProcessGroup.__dict__[n] for n in ops.PG_METHODS if n in dist.ProcessGroup.__dict__}
-    )
+    snap.update({("pg", n): dist.ProcessGroup.__dict__[n] for n in ops.PG_METHODS if n in dist.ProcessGroup.__dict__})
     snap.update({("p2pop", n): dist.P2POp.__dict__[n] for n in ("__new__", "__init__")})
     return snap
 

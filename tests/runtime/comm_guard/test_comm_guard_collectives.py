@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 from comm_guard_harness import run_world
 from comm_guard_ops import op_calls, pg_method_calls, run_op
+
 from slime_flashqla import comm_guard
 from slime_flashqla.comm_guard import ops
 
@@ -42,8 +43,7 @@ def _unwrapped_then_guarded(rank: int, world: int) -> dict:
 
     comm_guard.install("always", probe=probe)
     result["all_wrapped"] = all(
-        getattr(dist, name) is not fn and getattr(dist, name).__wrapped__ is fn
-        for name, fn in originals.items()
+        getattr(dist, name) is not fn and getattr(dist, name).__wrapped__ is fn for name, fn in originals.items()
     )
     for name, fn in op_calls(rank, world).items():
         result["guarded"][name] = run_op(fn)

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from comm_guard_harness import run_world
+
 from slime_flashqla import comm_guard
 
 GIB = 1024**3
@@ -16,6 +17,7 @@ GIB = 1024**3
 def _child_view(queue) -> None:
     """Report what the guard looks like in this (child) process."""
     import torch.distributed as dist
+
     from slime_flashqla import comm_guard
 
     queue.put(

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from comm_guard_harness import run_world
+
 from slime_flashqla import comm_guard
 
 pytestmark = pytest.mark.distributed
