@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-$(nproc)}
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(doctor warmup first-step tests bench)
+[ ${#stages[@]} -gt 0 ] || stages=(doctor first-step-cold warmup first-step tests bench)
 status=0
 
 stage() { printf '\n==== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
@@ -32,7 +32,7 @@ for s in "${stages[@]}"; do
       ;;
     warmup)
       stage "warmup, all TP head configurations, flashqla and fla"
-      $PY -m slime_flashqla warmup --heads 16/64,16/48,16/32,8/32,8/16,4/16,4/8,2/8,2/4 --dense \
+      $PY -m slime_flashqla warmup --heads 16/64,16/48,16/32,8/32,8/16,4/16,4/8,2/8,2/4 \
         --backends flashqla,fla --jobs "$JOBS" --json "$OUT_DIR/warmup.json" || status=1
       ;;
     first-step)
