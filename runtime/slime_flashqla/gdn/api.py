@@ -17,21 +17,12 @@ logger = logging.getLogger("slime_flashqla.gdn")
 BACKENDS = ("fla", "flashqla", "torch", "auto")
 
 
-# FlashQLA's GVA kernels (q/k with Hk < Hv heads) win big on long packed batches but lose to
-# the same kernels on q/k repeated to Hv heads on short ones, in forward+backward: on an
-# H200, 16/32 heads, 1000+3096 tokens: 1.83 ms repeated vs 2.01 ms GVA; 8192+24576 tokens:
-# 5.75 ms repeated vs 3.78 ms GVA (docs/benchmarks.md). Up to this many tokens `auto`
-# repeats q/k for FlashQLA training calls.
-FLASHQLA_REPEAT_MAX_TOKENS = 8192
-
-
 @dataclass(frozen=True)
 class BackendChoice:
     """What `auto` runs for a kind of input, and why."""
 
     backend: str
     reason: str
-    repeat_qk: bool = False  # expand q/k to the value head count before the kernel
 
 
 def _check_name(backend: str) -> str:
@@ -54,6 +45,24 @@ def _launch(name: str, shape: GDNShape, q, k, v, g, beta, **kwargs):
 
 def _checked_call(name: str):
     backend = KERNEL_BACKENDS[name]
+    # The runtime verdict (versions, capability, package) cannot change within a process;
+    # re-deriving it on every call cost tens of microseconds of host time per launch.
+    runtime_verdicts: dict[tuple, str | None] = {}
+
+    def run_checked(shape: GDNShape, q, k, v, g, beta, *, initial_state=None, **kwargs):
+        """Run on inputs `check_inputs` already passed (as `shape`)."""
+        problem = backend.input_problem(shape, q.dtype, q.device)
+        if problem:
+            raise ValueError(f"chunk_gated_delta_rule[{name}]: {problem}")
+        backward = needs_backward(q, k, v, g, beta, initial_state)
+        key = (q.device, backward, q.dtype)
+        if key not in runtime_verdicts:
+            runtime_verdicts[key] = backend.runtime_problem(q.device, backward, q.dtype)
+        problem = runtime_verdicts[key]
+        if problem:
+            error = FlashQLAUnavailableError if name == "flashqla" else RuntimeError
+            raise error(f"chunk_gated_delta_rule[{name}]: {problem}")
+        return _launch(name, shape, q, k, v, g, beta, initial_state=initial_state, **kwargs)
 
     def chunk_gated_delta_rule(
         q,
@@ -69,16 +78,7 @@ def _checked_call(name: str):
         cu_seqlens=None,
     ):
         shape = check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens)
-        problem = backend.input_problem(shape, q.dtype, q.device)
-        if problem:
-            raise ValueError(f"chunk_gated_delta_rule[{name}]: {problem}")
-        backward = needs_backward(q, k, v, g, beta, initial_state)
-        problem = backend.runtime_problem(q.device, backward, q.dtype)
-        if problem:
-            error = FlashQLAUnavailableError if name == "flashqla" else RuntimeError
-            raise error(f"chunk_gated_delta_rule[{name}]: {problem}")
-        return _launch(
-            name,
+        return run_checked(
             shape,
             q,
             k,
@@ -94,6 +94,7 @@ def _checked_call(name: str):
 
     chunk_gated_delta_rule.__qualname__ = f"chunk_gated_delta_rule[{name}]"
     chunk_gated_delta_rule.backend = name
+    chunk_gated_delta_rule.run_checked = run_checked
     return chunk_gated_delta_rule
 
 
@@ -101,15 +102,11 @@ def choose_backend(shape: GDNShape, dtype: torch.dtype, device: torch.device, ba
     """The backend `auto` runs for these inputs, with the reason (runs no kernel)."""
     if device.type != "cuda":
         return BackendChoice("torch", f"inputs are on {device.type}; FLA and FlashQLA run on CUDA only")
+    # One rule for every shape: on an H200, FlashQLA with GVA was the fastest or within 1.4%
+    # of the fastest variant on every benchmarked packed batch from 4096 to 32768 tokens, and
+    # FLA never won (docs/benchmarks.md), so `auto` does not switch by shape.
     ok, why = KERNEL_BACKENDS["flashqla"].supports(shape, dtype, device, backward)
     if ok:
-        if backward and shape.value_heads > shape.key_heads and shape.tokens <= FLASHQLA_REPEAT_MAX_TOKENS:
-            return BackendChoice(
-                "flashqla",
-                f"{why}; q/k repeated to {shape.value_heads} heads: faster than GVA for training at "
-                f"<= {FLASHQLA_REPEAT_MAX_TOKENS} tokens",
-                repeat_qk=True,
-            )
         return BackendChoice("flashqla", why)
     fla_ok, fla_why = KERNEL_BACKENDS["fla"].supports(shape, dtype, device, backward)
     if fla_ok:
@@ -149,13 +146,12 @@ class AutoChunkGatedDeltaRule:
 
     @property
     def choices(self) -> dict[tuple, BackendChoice]:
-        """Every choice made so far, keyed by (device, dtype, Hk, Hv, K, V, backward, short batch)."""
+        """Every choice made so far, keyed by (device, dtype, K, V, backward)."""
         return dict(self._choices)
 
     def choose(self, shape: GDNShape, dtype: torch.dtype, device: torch.device, backward: bool):
         """The (cached, logged-once) choice for this kind of input."""
-        short = shape.tokens <= FLASHQLA_REPEAT_MAX_TOKENS
-        key = (str(device), dtype, shape.key_heads, shape.value_heads, shape.key_dim, shape.value_dim, backward, short)
+        key = (device, dtype, shape.key_dim, shape.value_dim, backward)
         choice = self._choices.get(key)
         if choice is None:
             with self._lock:
@@ -164,29 +160,24 @@ class AutoChunkGatedDeltaRule:
                     choice = choose_backend(shape, dtype, device, backward)
                     self._choices[key] = choice
                     logger.info(
-                        "GDN backend auto -> %s for %s %s Hk=%d Hv=%d K=%d V=%d%s%s: %s",
+                        "GDN backend auto -> %s for %s %s K=%d V=%d%s: %s",
                         choice.backend,
                         device,
                         str(dtype).removeprefix("torch."),
-                        shape.key_heads,
-                        shape.value_heads,
                         shape.key_dim,
                         shape.value_dim,
                         " (training)" if backward else "",
-                        f", <= {FLASHQLA_REPEAT_MAX_TOKENS} tokens" if short else "",
                         choice.reason,
                     )
         return choice
 
     def __call__(self, q, k, v, *, g, beta, initial_state=None, cu_seqlens=None, **kwargs):
+        # Inputs are checked once here; the chosen backend skips its own copy of the check.
         shape = check_inputs(q, k, v, g, beta, kwargs.get("scale"), initial_state, cu_seqlens)
         backward = needs_backward(q, k, v, g, beta, initial_state)
         choice = self.choose(shape, q.dtype, q.device, backward)
-        if choice.repeat_qk:
-            group = shape.value_heads // shape.key_heads
-            q, k = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
-        return self._calls[choice.backend](
-            q, k, v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens, **kwargs
+        return self._calls[choice.backend].run_checked(
+            shape, q, k, v, g, beta, initial_state=initial_state, cu_seqlens=cu_seqlens, **kwargs
         )
 
 
