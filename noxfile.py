@@ -43,8 +43,13 @@ def tests(session: nox.Session) -> None:
     """CPU test suite: unit tests, real gloo processes, CLI; GPU and image tests excluded."""
     install_runtime(session, "cli")
     session.run(
-        "python", "-m", "pytest", str(ROOT / "tests"),
-        "-m", "not gpu and not image", *session.posargs,
+        "python",
+        "-m",
+        "pytest",
+        str(ROOT / "tests"),
+        "-m",
+        "not gpu and not image",
+        *session.posargs,
     )
 
 

@@ -1,0 +1,23 @@
+"""Megatron/slime argument: `--qwen-gdn-backend`."""
+
+from __future__ import annotations
+
+import argparse
+
+from slime_flashqla.gdn.api import BACKENDS
+
+
+def add_gdn_backend_argument(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add `--qwen-gdn-backend {fla,flashqla,torch,auto}` (default `fla`) to a parser or group."""
+    parser.add_argument(
+        "--qwen-gdn-backend",
+        choices=BACKENDS,
+        default="fla",
+        help=(
+            "kernel for the Qwen3.5/Qwen3-Next Gated DeltaNet layers: 'fla' (FLA's own Triton kernels, the "
+            "default), 'flashqla' (FlashQLA's TileLang kernels, validated at start-up), 'torch' (pure PyTorch "
+            "reference), 'auto' (FlashQLA where it validates and fits the inputs, else FLA on CUDA, else torch; "
+            "logs its choice and reason)"
+        ),
+    )
+    return parser

@@ -1,0 +1,42 @@
+"""`slime-flashqla check`: the doctor report, then a GDN layer forward+backward on the best backend."""
+
+from __future__ import annotations
+
+from slime_flashqla.cli.render import print_table
+
+
+def register(subparsers) -> None:
+    """Add the `check` subcommand."""
+    parser = subparsers.add_parser(
+        "check", help="doctor report + one GDN layer forward/backward (and kernel parity on a GPU)"
+    )
+    parser.add_argument(
+        "--backend", default="auto", choices=("auto", "fla", "flashqla", "torch"), help="GDN backend (default auto)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Print the doctor table and the layer check; return 1 when the check fails."""
+    import logging
+
+    from slime_flashqla.cli.doctor import report_rows
+    from slime_flashqla.doctor import collect_report
+    from slime_flashqla.selfcheck import run_check
+
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    print_table("slime-flashqla doctor", report_rows(collect_report()))
+    result = run_check(args.backend)
+    rows = [
+        ("backend", result.backend),
+        ("why", result.reason),
+        ("device", result.device),
+        ("layer", result.shape),
+        ("forward (first call, incl. compile)", f"{result.forward_ms:.1f} ms"),
+        ("backward (first call, incl. compile)", f"{result.backward_ms:.1f} ms"),
+    ]
+    rows += [(f"parity vs torch: {key}", f"{err:.2e}") for key, err in result.parity.items()]
+    rows += [("PROBLEM", problem) for problem in result.problems]
+    rows.append(("result", "OK" if result.ok else "FAILED"))
+    print_table("slime-flashqla check", rows)
+    return 0 if result.ok else 1

@@ -1,0 +1,78 @@
+"""`slime-flashqla doctor`: what this node can run, as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+
+from slime_flashqla.cli.render import print_table
+
+REQUIRABLE = ("flashqla", "fla")
+
+
+def register(subparsers) -> None:
+    """Add the `doctor` subcommand."""
+    parser = subparsers.add_parser("doctor", help="report torch, CUDA, GPU and which GDN backends can run")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--require",
+        choices=REQUIRABLE,
+        action="append",
+        default=[],
+        help="exit non-zero unless this backend is usable for training (repeatable)",
+    )
+    parser.set_defaults(func=run)
+
+
+def report_rows(report: dict) -> list[tuple[str, str]]:
+    """The doctor report as (item, value) rows."""
+    gpus = "; ".join(f"{g['index']}: {g['name']} (SM {g['capability']})" for g in report["gpus"]) or "none"
+    rows = [
+        ("slime-flashqla", report["slime_flashqla"]),
+        ("python / platform", f"{report['python']} / {report['platform']}"),
+        ("torch", report["torch"]),
+        ("torch CUDA build", report["torch_cuda"] or "none (CPU build)"),
+        ("CUDA available", str(report["cuda_available"])),
+        ("driver", f"{report['driver'] or 'n/a'} (supports CUDA {report['driver_cuda'] or 'n/a'})"),
+        ("GPUs", gpus),
+    ]
+    rows += [(f"package {name}", version or "not installed") for name, version in report["packages"].items()]
+    rows += [
+        (f"backend {name}", ("usable: " if info["available"] else "unusable: ") + info["reason"])
+        for name, info in report["backends"].items()
+    ]
+    flashqla = report["flashqla"]
+    rows += [
+        ("FlashQLA (training)", ("OK: " if flashqla["ok"] else "NO: ") + flashqla["reason"]),
+        ("FlashQLA (inference)", "OK" if flashqla["inference_ok"] else "NO"),
+        ("'fla' runs", report["fla_kernel"]),
+        ("'auto' runs", f"{report['auto']['backend']}: {report['auto']['reason']}"),
+        ("FLA forwards to FlashQLA", str(report["fla_forwards_to_flashqla"])),
+        ("TileLang kernel cache", report["tilelang_cache_dir"]),
+    ]
+    rows += [("WARNING", warning) for warning in report["warnings"]]
+    return rows
+
+
+def unmet_requirements(report: dict, required: list[str]) -> list[str]:
+    """Messages for each required backend this node cannot use for training."""
+    problems = []
+    if "flashqla" in required and not report["flashqla"]["ok"]:
+        problems.append(f"FlashQLA is not usable for training: {report['flashqla']['reason']}")
+    if "fla" in required and not report["backends"]["fla"]["available"]:
+        problems.append(f"FLA is not usable: {report['backends']['fla']['reason']}")
+    return problems
+
+
+def run(args) -> int:
+    """Print the report; return 1 when a --require is not met."""
+    from slime_flashqla.doctor import collect_report
+
+    report = collect_report()
+    problems = unmet_requirements(report, args.require)
+    if args.json:
+        print(json.dumps({**report, "unmet_requirements": problems}, indent=2))
+    else:
+        print_table("slime-flashqla doctor", report_rows(report))
+        for problem in problems:
+            print(f"REQUIREMENT NOT MET: {problem}")
+    return 1 if problems else 0

@@ -1,0 +1,152 @@
+"""The node report behind `slime-flashqla doctor`: versions, GPU, backends, FlashQLA, warnings."""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+import sys
+
+from packaging.version import InvalidVersion, Version
+
+from slime_flashqla.gdn.packages import PIP_PACKAGES, installed_version, is_installed
+
+# FLA's GDN backward on Hopper is wrong with Triton >= 3.4.0 and < 3.7.1 unless FLA can
+# route chunk_bwd_dqkwg to TileLang (FLA issues #640, #983); torch 2.8 brings Triton 3.4.0.
+BAD_TRITON_LOW, BAD_TRITON_HIGH = Version("3.4.0"), Version("3.7.1")
+
+
+def _nvidia_smi_driver() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    return lines[0] if lines else None
+
+
+def _driver_cuda() -> str | None:
+    """The CUDA version the installed driver supports (e.g. "12.8"), or None."""
+    import torch
+
+    try:
+        value = int(torch._C._cuda_getDriverVersion())
+    except (AttributeError, RuntimeError):
+        return None
+    return f"{value // 1000}.{(value % 1000) // 10}" if value > 0 else None
+
+
+def _gpus() -> list[dict]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    gpus = []
+    for index in range(torch.cuda.device_count()):
+        major, minor = torch.cuda.get_device_capability(index)
+        gpus.append({"index": index, "name": torch.cuda.get_device_name(index), "capability": f"{major}.{minor}"})
+    return gpus
+
+
+def _version(text: str | None) -> Version | None:
+    try:
+        return Version(text) if text else None
+    except InvalidVersion:
+        return None
+
+
+def known_problems(report: dict) -> list[str]:
+    """Warnings for known-bad combinations in a doctor report."""
+    warnings = []
+    hopper = any(gpu["capability"] == "9.0" for gpu in report["gpus"])
+    triton = _version(report["packages"].get("triton"))
+    if (
+        hopper
+        and report["packages"].get("fla")
+        and not report["packages"].get("tilelang")
+        and triton is not None
+        and BAD_TRITON_LOW <= Version(triton.base_version) < BAD_TRITON_HIGH
+    ):
+        warnings.append(
+            f"FLA's GDN backward on Hopper with Triton {triton} (>= 3.4.0, < 3.7.1) and no TileLang gives wrong "
+            "gradients or fails (FLA issues #640, #983): pip install tilelang, or use Triton >= 3.7.1"
+        )
+    driver_cuda, torch_cuda = _version(report["driver_cuda"]), _version(report["torch_cuda"])
+    if driver_cuda and torch_cuda and driver_cuda.release[:2] < torch_cuda.release[:2]:
+        warnings.append(
+            f"the NVIDIA driver supports CUDA {report['driver_cuda']} but PyTorch is built for CUDA "
+            f"{report['torch_cuda']}: upgrade the driver (CUDA 12.8 needs driver >= 570)"
+        )
+    if report["fla_forwards_to_flashqla"]:
+        warnings.append(
+            "FLA's public chunk_gated_delta_rule forwards to FlashQLA in this environment (FLA >= 0.6 with "
+            "flash_qla installed; FLA_FLASH_QLA=0 turns it off): code calling FLA directly may not run FLA's "
+            "kernels. slime-flashqla's 'fla' backend bypasses the forwarding."
+        )
+    return warnings
+
+
+def collect_report() -> dict:
+    """Everything `doctor` reports, as plain JSON-ready data (imports no kernel package)."""
+    import torch
+
+    from slime_flashqla import __version__
+    from slime_flashqla.gdn.api import explain_auto
+    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+    from slime_flashqla.gdn.fla_kernels import fla_forwards_to_flashqla
+    from slime_flashqla.gdn.validation import flashqla_runtime_status
+    from slime_flashqla.kernel_cache import tilelang_cache_dir
+
+    cuda = torch.cuda.is_available()
+    training = flashqla_runtime_status(None, backward=True)
+    inference = flashqla_runtime_status(None, backward=False)
+    flashqla_ok = training.ok and is_installed("flash_qla")
+    flashqla_reason = (
+        training.reason
+        if not training.ok
+        else (
+            "flash-qla is not installed (pip install flash-qla)" if not is_installed("flash_qla") else training.reason
+        )
+    )
+    backends = {}
+    for name, backend in KERNEL_BACKENDS.items():
+        ok, reason = backend.available(None)
+        backends[name] = {"available": ok, "reason": reason}
+    choice = explain_auto()
+    report = {
+        "slime_flashqla": __version__,
+        "python": platform.python_version(),
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cuda_available": cuda,
+        "driver": _nvidia_smi_driver() if cuda else None,
+        "driver_cuda": _driver_cuda() if cuda else None,
+        "gpus": _gpus(),
+        "packages": {module: installed_version(module) for module in PIP_PACKAGES},
+        "backends": backends,
+        "flashqla": {
+            "ok": flashqla_ok,
+            "reason": flashqla_reason,
+            "forward_only": training.forward_only,
+            "inference_ok": inference.ok and is_installed("flash_qla"),
+        },
+        "fla_kernel": (
+            "FLA's own kernels (slime-flashqla calls FLA past its FlashQLA forwarding)"
+            if is_installed("fla")
+            else "none: flash-linear-attention is not installed"
+        ),
+        "auto": {"backend": choice.backend, "reason": choice.reason, "for": "bf16 training, K=V=128"},
+        "fla_forwards_to_flashqla": fla_forwards_to_flashqla(),
+        "tilelang_cache_dir": str(tilelang_cache_dir()),
+    }
+    report["warnings"] = known_problems(report)
+    return report

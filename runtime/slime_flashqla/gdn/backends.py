@@ -1,0 +1,143 @@
+"""The GDN kernel backends: `torch`, `fla`, `flashqla`, each a small class whose checks return (ok, reason).
+
+Reasons are data: `auto` and `slime-flashqla doctor` report them instead of swallowing them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from slime_flashqla.gdn.errors import FlashQLAUnavailableError
+from slime_flashqla.gdn.inputs import GDNShape
+from slime_flashqla.gdn.packages import is_installed, require
+from slime_flashqla.gdn.validation import flashqla_runtime_status
+
+FLASHQLA_HEAD_DIM = 128
+
+
+def needs_backward(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd will run a backward pass through these inputs."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+class TorchBackend:
+    """The pure-PyTorch reference: any device, any float dtype, any head size."""
+
+    name = "torch"
+    supports_gva = True
+
+    def available(self, device: torch.device | None = None) -> tuple[bool, str]:
+        return True, "pure PyTorch, always available"
+
+    def input_problem(self, shape: GDNShape, dtype: torch.dtype, device: torch.device) -> str | None:
+        return None
+
+    def runtime_problem(self, device: torch.device, backward: bool, dtype: torch.dtype) -> str | None:
+        return None
+
+    def supports(self, shape: GDNShape, dtype: torch.dtype, device: torch.device, backward: bool):
+        return True, "pure PyTorch runs any valid input"
+
+    def require(self) -> None:
+        return None
+
+    def kernel(self):
+        from slime_flashqla.gdn.reference import chunk_gated_delta_rule_torch
+
+        return chunk_gated_delta_rule_torch
+
+
+class FLABackend:
+    """FLA's own Triton kernels (never FLA's forwarding to FlashQLA)."""
+
+    name = "fla"
+    module = "fla"
+
+    @property
+    def supports_gva(self) -> bool:
+        from slime_flashqla.gdn.fla_kernels import fla_supports_gva
+
+        return fla_supports_gva()
+
+    def available(self, device: torch.device | None = None) -> tuple[bool, str]:
+        if not is_installed(self.module):
+            return False, "flash-linear-attention is not installed (pip install flash-linear-attention)"
+        if not torch.cuda.is_available():
+            return False, "FLA's Triton kernels need a CUDA device; torch.cuda.is_available() is False"
+        return True, "flash-linear-attention is installed and a CUDA device is present"
+
+    def input_problem(self, shape: GDNShape, dtype: torch.dtype, device: torch.device) -> str | None:
+        if device.type != "cuda":
+            return f"FLA's Triton kernels need CUDA tensors, got {device.type} tensors (use 'torch' on CPU)"
+        return None
+
+    def runtime_problem(self, device: torch.device, backward: bool, dtype: torch.dtype) -> str | None:
+        return None if is_installed(self.module) else "flash-linear-attention is not installed"
+
+    def supports(self, shape: GDNShape, dtype: torch.dtype, device: torch.device, backward: bool):
+        problem = self.input_problem(shape, dtype, device) or self.runtime_problem(device, backward, dtype)
+        return (False, problem) if problem else (True, "FLA's own kernels run these inputs")
+
+    def require(self) -> None:
+        require(self.module, self.name)
+
+    def kernel(self):
+        from slime_flashqla.gdn.fla_kernels import fla_own_chunk_gated_delta_rule
+
+        return fla_own_chunk_gated_delta_rule()
+
+
+class FlashQLABackend:
+    """FlashQLA's TileLang kernels: SM90/SM100/SM103, forward-only on SM120/SM121, K = V = 128."""
+
+    name = "flashqla"
+    module = "flash_qla"
+    supports_gva = True
+
+    def available(self, device: torch.device | None = None, *, backward: bool = False) -> tuple[bool, str]:
+        status = flashqla_runtime_status(device, backward=backward)
+        if not status.ok:
+            return False, status.reason
+        if not is_installed(self.module):
+            return False, "flash-qla is not installed (pip install flash-qla)"
+        return True, status.reason
+
+    def input_problem(self, shape: GDNShape, dtype: torch.dtype, device: torch.device) -> str | None:
+        if shape.key_dim != FLASHQLA_HEAD_DIM or shape.value_dim != FLASHQLA_HEAD_DIM:
+            return f"FlashQLA needs K = V = 128, got K={shape.key_dim}, V={shape.value_dim}"
+        if dtype not in (torch.bfloat16, torch.float16):
+            return f"FlashQLA needs bfloat16 or float16 q/k/v, got {dtype}"
+        if device.type != "cuda":
+            return f"FlashQLA needs CUDA tensors, got {device.type} tensors"
+        return None
+
+    def runtime_problem(self, device: torch.device, backward: bool, dtype: torch.dtype) -> str | None:
+        status = flashqla_runtime_status(device, backward=backward)
+        if not status.ok:
+            return status.reason
+        if status.forward_only and dtype == torch.float16:
+            # FlashQLA's SM12x forward kernel does not compile for float16 (FLA's verifier says the same).
+            return "FlashQLA's SM120/SM121 forward kernel supports bfloat16 only"
+        if not is_installed(self.module):
+            return "flash-qla is not installed (pip install flash-qla)"
+        return None
+
+    def supports(self, shape: GDNShape, dtype: torch.dtype, device: torch.device, backward: bool):
+        problem = self.input_problem(shape, dtype, device) or self.runtime_problem(device, backward, dtype)
+        if problem:
+            return False, problem
+        return True, f"FlashQLA validates ({flashqla_runtime_status(device, backward=backward).reason})"
+
+    def require(self) -> None:
+        status = flashqla_runtime_status(None, backward=False)
+        if not status.ok:
+            raise FlashQLAUnavailableError(status.reason)
+        require(self.module, self.name)
+
+    def kernel(self):
+        import flash_qla
+
+        return flash_qla.chunk_gated_delta_rule
+
+
+KERNEL_BACKENDS = {b.name: b for b in (FlashQLABackend(), FLABackend(), TorchBackend())}

@@ -1,0 +1,176 @@
+"""Qwen3-Next and Qwen3.5 Gated DeltaNet layers on a selectable GDN kernel backend.
+
+Parameter names and shapes follow the Hugging Face checkpoints, so their state dicts
+load as they are.  q/k reach the kernel with their own (smaller) head count: every
+backend here takes grouped value heads, which on an H200 made FlashQLA's
+forward+backward 1.5x faster at 32k tokens than repeating q/k first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from slime_flashqla.gdn import BACKENDS, get_chunk_gated_delta_rule
+from slime_flashqla.layers.config import GDNConfig
+from slime_flashqla.layers.ops import causal_conv1d_silu, rms_norm_gated
+
+DEFAULT_BACKEND = "fla"
+
+
+def resolve_backend(backend: str | None, args) -> str:
+    """`backend` wins, then `args.qwen_gdn_backend`, then `fla`."""
+    name = backend or getattr(args, "qwen_gdn_backend", None) or DEFAULT_BACKEND
+    if name not in BACKENDS:
+        raise ValueError(f"unknown GDN backend {name!r}; valid names are: {', '.join(BACKENDS)}")
+    return name
+
+
+class _GatedRMSNorm(nn.Module):
+    """Holds `norm.weight` like the checkpoints' Qwen3NextRMSNormGated."""
+
+    def __init__(self, dim: int, eps: float, dtype=None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim, dtype=dtype))
+        self.variance_epsilon = eps
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        return rms_norm_gated(x, gate, self.weight, self.variance_epsilon)
+
+
+class _GatedDeltaNetBase(nn.Module):
+    """Everything after the input projections: conv, gates, kernel, gated norm, out_proj."""
+
+    def __init__(self, config, layer_idx: int = 0, args=None, backend: str | None = None) -> None:
+        super().__init__()
+        cfg = GDNConfig.from_hf(config)
+        self.config = cfg
+        self.layer_idx = layer_idx
+        self.backend = resolve_backend(backend, args)
+        self.num_k_heads, self.num_v_heads = cfg.num_key_heads, cfg.num_value_heads
+        self.head_k_dim, self.head_v_dim = cfg.key_head_dim, cfg.value_head_dim
+        self.key_dim, self.value_dim = cfg.key_dim, cfg.value_dim
+        dtype = cfg.dtype
+        self.conv1d = nn.Conv1d(
+            cfg.conv_dim,
+            cfg.conv_dim,
+            kernel_size=cfg.conv_kernel_dim,
+            groups=cfg.conv_dim,
+            padding=cfg.conv_kernel_dim - 1,
+            bias=False,
+            dtype=dtype,
+        )
+        self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads, dtype=dtype))
+        self.A_log = nn.Parameter(torch.log(torch.empty(self.num_v_heads, dtype=dtype).uniform_(0.01, 16)))
+        self.norm = _GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps, dtype=dtype)
+        self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False, dtype=dtype)
+        self.chunk_gated_delta_rule = get_chunk_gated_delta_rule(self.backend)
+
+    def _project(self, hidden_states):  # pragma: no cover - defined by subclasses
+        raise NotImplementedError
+
+    def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, T, hidden] -> [B, T, hidden]; with cu_seqlens (B == 1) no token sees another sequence."""
+        if hidden_states.dim() != 3 or hidden_states.shape[-1] != self.config.hidden_size:
+            raise ValueError(
+                f"hidden_states must be [B, T, {self.config.hidden_size}], got {tuple(hidden_states.shape)}"
+            )
+        if cu_seqlens is not None and hidden_states.shape[0] != 1:
+            raise ValueError(f"with cu_seqlens hidden_states must be packed as B == 1, got B={hidden_states.shape[0]}")
+        batch, tokens, _ = hidden_states.shape
+        mixed_qkv, z, b, a = self._project(hidden_states)
+        if cu_seqlens is not None:
+            # The conv reads cu_seqlens before the kernel does: check it here first.
+            from slime_flashqla.gdn.inputs import check_cu_seqlens
+
+            check_cu_seqlens(cu_seqlens, tokens)
+        mixed_qkv = causal_conv1d_silu(mixed_qkv, self.conv1d.weight, cu_seqlens)
+        query, key, value = torch.split(mixed_qkv, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        query = query.reshape(batch, tokens, self.num_k_heads, self.head_k_dim)
+        key = key.reshape(batch, tokens, self.num_k_heads, self.head_k_dim)
+        value = value.reshape(batch, tokens, self.num_v_heads, self.head_v_dim)
+        beta = b.sigmoid()
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
+        core, _ = self.chunk_gated_delta_rule(
+            query,
+            key,
+            value,
+            g=g,
+            beta=beta,
+            initial_state=None,
+            output_final_state=False,
+            use_qk_l2norm_in_kernel=True,
+            cu_seqlens=cu_seqlens,
+        )
+        z = z.reshape(batch, tokens, self.num_v_heads, self.head_v_dim)
+        core = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
+        return self.out_proj(core.reshape(batch, tokens, self.value_dim))
+
+
+class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
+    """Qwen3-Next GDN: fused `in_proj_qkvz` and `in_proj_ba`, grouped per key head."""
+
+    def __init__(self, config, layer_idx: int = 0, args=None, backend: str | None = None) -> None:
+        super().__init__(config, layer_idx, args, backend)
+        hidden, dtype = self.config.hidden_size, self.config.dtype
+        self.in_proj_qkvz = nn.Linear(hidden, 2 * self.key_dim + 2 * self.value_dim, bias=False, dtype=dtype)
+        self.in_proj_ba = nn.Linear(hidden, 2 * self.num_v_heads, bias=False, dtype=dtype)
+
+    def _project(self, hidden_states):
+        batch, tokens, _ = hidden_states.shape
+        group = self.num_v_heads // self.num_k_heads
+        # The checkpoint lays q, k, v, z out per key head: [Hk, (K, K, group*V, group*V)].
+        qkvz = self.in_proj_qkvz(hidden_states).view(
+            batch, tokens, self.num_k_heads, 2 * self.head_k_dim + 2 * group * self.head_v_dim
+        )
+        ba = self.in_proj_ba(hidden_states).view(batch, tokens, self.num_k_heads, 2 * group)
+        q, k, v, z = torch.split(
+            qkvz, [self.head_k_dim, self.head_k_dim, group * self.head_v_dim, group * self.head_v_dim], dim=3
+        )
+        b, a = torch.split(ba, [group, group], dim=3)
+        mixed_qkv = torch.cat(
+            [q.reshape(batch, tokens, -1), k.reshape(batch, tokens, -1), v.reshape(batch, tokens, -1)], dim=-1
+        )
+        return (
+            mixed_qkv,
+            z.reshape(batch, tokens, self.value_dim),
+            b.reshape(batch, tokens, self.num_v_heads),
+            a.reshape(batch, tokens, self.num_v_heads),
+        )
+
+
+class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
+    """Qwen3.5 GDN: separate `in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`."""
+
+    def __init__(self, config, layer_idx: int = 0, args=None, backend: str | None = None) -> None:
+        super().__init__(config, layer_idx, args, backend)
+        hidden, dtype = self.config.hidden_size, self.config.dtype
+        self.in_proj_qkv = nn.Linear(hidden, 2 * self.key_dim + self.value_dim, bias=False, dtype=dtype)
+        self.in_proj_z = nn.Linear(hidden, self.value_dim, bias=False, dtype=dtype)
+        self.in_proj_b = nn.Linear(hidden, self.num_v_heads, bias=False, dtype=dtype)
+        self.in_proj_a = nn.Linear(hidden, self.num_v_heads, bias=False, dtype=dtype)
+
+    def _project(self, hidden_states):
+        return (
+            self.in_proj_qkv(hidden_states),
+            self.in_proj_z(hidden_states),
+            self.in_proj_b(hidden_states),
+            self.in_proj_a(hidden_states),
+        )
+
+
+def init_like_checkpoint(layer: _GatedDeltaNetBase, std: float = 0.02) -> None:
+    """Random weights of checkpoint-like scale (for tests and benchmarks without a checkpoint)."""
+    with torch.no_grad():
+        for name, param in layer.named_parameters():
+            if name.endswith("A_log"):
+                param.copy_(torch.log(torch.empty_like(param, dtype=torch.float32).uniform_(0.01, 16)))
+            elif name.endswith("dt_bias") or name.startswith("norm."):
+                param.fill_(1.0)
+            elif name.startswith("conv1d"):
+                param.normal_(0.0, 1.0 / math.sqrt(param.shape[-1]))
+            else:
+                param.normal_(0.0, std)

@@ -1,0 +1,126 @@
+"""`slime-flashqla doctor` and `check`, run as the user runs them (a subprocess of the installed CLI)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from slime_flashqla.doctor import known_problems
+
+NO_GPU = not torch.cuda.is_available()
+
+
+def cli(*args, check=False):
+    return subprocess.run(
+        [sys.executable, "-m", "slime_flashqla", *args], capture_output=True, text=True, timeout=300, check=check
+    )
+
+
+@pytest.fixture(scope="module")
+def report():
+    return json.loads(cli("doctor", "--json", check=True).stdout)
+
+
+def test_json_report_has_every_field(report):
+    for key in (
+        "torch",
+        "torch_cuda",
+        "cuda_available",
+        "driver",
+        "gpus",
+        "packages",
+        "backends",
+        "flashqla",
+        "fla_kernel",
+        "auto",
+        "fla_forwards_to_flashqla",
+        "tilelang_cache_dir",
+        "warnings",
+    ):
+        assert key in report, key
+    assert report["torch"] == torch.__version__
+    assert set(report["packages"]) == {"fla", "flash_qla", "tilelang", "triton"}
+    assert report["backends"]["torch"]["available"] is True
+
+
+@pytest.mark.skipif(not NO_GPU, reason="describes a machine without a GPU")
+def test_json_report_on_a_machine_without_gpu(report):
+    assert report["cuda_available"] is False
+    assert report["gpus"] == []
+    assert report["auto"]["backend"] == "torch"
+    assert report["flashqla"]["ok"] is False
+    assert "CUDA" in report["flashqla"]["reason"]
+
+
+@pytest.mark.skipif(not NO_GPU, reason="describes a machine without a GPU")
+def test_require_flashqla_fails_without_gpu():
+    result = cli("doctor", "--require", "flashqla")
+    assert result.returncode == 1
+    assert "REQUIREMENT NOT MET: FlashQLA is not usable for training" in result.stdout
+
+
+def test_table_output_names_the_auto_choice():
+    result = cli("doctor", check=True)
+    assert "'auto' runs" in result.stdout
+    assert "TileLang kernel cache" in result.stdout
+
+
+def test_tilelang_cache_dir_follows_the_environment(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "slime_flashqla", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env={**__import__("os").environ, "TILELANG_CACHE_DIR": str(tmp_path)},
+    )
+    assert json.loads(result.stdout)["tilelang_cache_dir"] == str(tmp_path)
+
+
+def test_check_runs_a_layer_forward_and_backward():
+    """The README's main job: doctor + one GDN layer forward/backward on the best backend."""
+    result = cli("check")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "slime-flashqla doctor" in result.stdout
+    assert "result" in result.stdout and "OK" in result.stdout
+    if NO_GPU:
+        assert "auto -> torch" in result.stderr
+
+
+def _report(**overrides):
+    base = {
+        "gpus": [{"index": 0, "name": "NVIDIA H200", "capability": "9.0"}],
+        "packages": {"fla": "0.6.0", "flash_qla": None, "tilelang": None, "triton": "3.4.0"},
+        "driver_cuda": "12.8",
+        "torch_cuda": "12.8",
+        "fla_forwards_to_flashqla": False,
+    }
+    return {**base, **overrides}
+
+
+def test_warns_about_fla_backward_on_hopper_with_triton_34_and_no_tilelang():
+    warnings = known_problems(_report())
+    assert any("#640" in w and "Triton 3.4.0" in w for w in warnings)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"packages": {"fla": "0.6.0", "flash_qla": None, "tilelang": "0.1.15", "triton": "3.4.0"}},
+        {"packages": {"fla": "0.6.0", "flash_qla": None, "tilelang": None, "triton": "3.7.1"}},
+        {"packages": {"fla": "0.6.0", "flash_qla": None, "tilelang": None, "triton": "3.3.1"}},
+        {"gpus": [{"index": 0, "name": "NVIDIA A100", "capability": "8.0"}]},
+    ],
+)
+def test_no_triton_warning_where_fla_is_fine(overrides):
+    assert not any("#640" in w for w in known_problems(_report(**overrides)))
+
+
+def test_warns_about_an_old_driver_and_fla_forwarding():
+    warnings = known_problems(_report(driver_cuda="12.4", fla_forwards_to_flashqla=True))
+    assert any("upgrade the driver" in w for w in warnings)
+    assert any("forwards to FlashQLA" in w for w in warnings)

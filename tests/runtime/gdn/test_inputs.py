@@ -1,0 +1,136 @@
+"""Every input error is a ValueError raised before any kernel work."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers.gdn_inputs import make_inputs
+from slime_flashqla.gdn import check_inputs, get_chunk_gated_delta_rule
+from slime_flashqla.gdn.api import _checked_call
+
+
+def call(inputs, backend="torch", **overrides):
+    args = {**inputs, **overrides}
+    fn = get_chunk_gated_delta_rule(backend) if backend != "flashqla" else _checked_call("flashqla")
+    return fn(
+        args["q"],
+        args["k"],
+        args["v"],
+        g=args["g"],
+        beta=args["beta"],
+        scale=args.get("scale"),
+        initial_state=args["initial_state"],
+        output_final_state=True,
+        cu_seqlens=args["cu_seqlens"],
+    )
+
+
+@pytest.fixture
+def inputs():
+    return make_inputs(lengths=(10, 20))
+
+
+def cu(*values, dtype=torch.int32):
+    return torch.tensor(values, dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"cu_seqlens": cu(0, 10, 20, dtype=torch.float32)}, "int32 or int64"),
+        ({"cu_seqlens": cu(0, 10, 30).view(1, 3)}, "1-D"),
+        ({"cu_seqlens": cu(1, 10, 30)}, "start at 0"),
+        ({"cu_seqlens": cu(0, 10, 29)}, "end at T=30"),
+        ({"cu_seqlens": cu(0, 10, 31)}, "end at T=30"),
+        ({"cu_seqlens": cu(0, 20, 10, 30)}, "non-decreasing"),
+        ({"cu_seqlens": cu(30)}, "at least 2"),
+        ({"cu_seqlens": [0, 10, 30]}, "torch.Tensor"),
+    ],
+)
+def test_bad_cu_seqlens(inputs, overrides, message):
+    if "initial_state" not in overrides:
+        overrides["initial_state"] = None
+    with pytest.raises(ValueError, match=message):
+        call(inputs, **overrides)
+
+
+def test_cu_seqlens_needs_batch_one():
+    dense = make_inputs(batch=2, lengths=(30,), varlen=False, initial_state=False)
+    with pytest.raises(ValueError, match="batch must be 1"):
+        call(dense, cu_seqlens=cu(0, 30))
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "message"),
+    [
+        ("q", (1, 30, 2, 8), "same shape"),
+        ("k", (1, 30, 3, 16), "same shape"),
+        ("v", (1, 29, 4, 8), "v must be"),
+        ("v", (1, 30, 3, 8), "multiple of the key head count"),
+        ("g", (1, 30, 2), "g must be"),
+        ("beta", (1, 30, 4, 1), "beta must be"),
+        ("initial_state", (3, 4, 16, 8), "initial_state must be"),
+        ("q", (30, 2, 16), "q, k must be"),
+    ],
+)
+def test_inconsistent_shapes(inputs, name, shape, message):
+    with pytest.raises(ValueError, match=message):
+        call(inputs, **{name: torch.randn(shape)})
+
+
+def test_mixed_dtypes(inputs):
+    with pytest.raises(ValueError, match="share one dtype"):
+        call(inputs, v=inputs["v"].double())
+
+
+def test_integer_tensor(inputs):
+    with pytest.raises(ValueError, match="floating"):
+        call(inputs, beta=torch.ones(1, 30, 4, dtype=torch.int64))
+
+
+def test_mixed_devices(inputs):
+    with pytest.raises(ValueError, match="one device"):
+        call(inputs, g=torch.empty(1, 30, 4, device="meta"))
+
+
+@pytest.mark.parametrize("scale", [0, -1.0, "0.1"])
+def test_bad_scale(inputs, scale):
+    with pytest.raises(ValueError, match="scale"):
+        call(inputs, scale=scale)
+
+
+def test_cu_seqlens_checked_again_after_in_place_edit(inputs):
+    seqlens = inputs["cu_seqlens"].clone()
+    call(inputs, cu_seqlens=seqlens)
+    seqlens[1] = 25  # still valid; then invalid
+    call(inputs, cu_seqlens=seqlens)
+    seqlens[2] = 24
+    with pytest.raises(ValueError, match="end at T=30"):
+        call(inputs, cu_seqlens=seqlens, initial_state=None)
+
+
+def test_check_inputs_reports_sizes(inputs):
+    shape = check_inputs(inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"], None, None, cu(0, 4, 30))
+    assert (shape.tokens, shape.key_heads, shape.value_heads, shape.num_sequences, shape.varlen) == (30, 2, 4, 2, True)
+
+
+@pytest.mark.parametrize(
+    ("key_dim", "value_dim", "dtype", "message"),
+    [
+        (64, 128, torch.bfloat16, "K = V = 128"),
+        (128, 64, torch.bfloat16, "K = V = 128"),
+        (128, 128, torch.float32, "bfloat16 or float16"),
+    ],
+)
+def test_flashqla_input_limits_fail_before_any_kernel(key_dim, value_dim, dtype, message):
+    """FlashQLA's own limits are ValueErrors too (before the device check; flash_qla is never imported)."""
+    inputs = make_inputs(lengths=(8,), key_dim=key_dim, value_dim=value_dim, dtype=dtype, initial_state=False)
+    with pytest.raises(ValueError, match=message):
+        call(inputs, backend="flashqla")
+
+
+def test_flashqla_rejects_cpu_tensors():
+    inputs = make_inputs(lengths=(8,), key_dim=128, value_dim=128, dtype=torch.bfloat16, initial_state=False)
+    with pytest.raises(ValueError, match="CUDA tensors"):
+        call(inputs, backend="flashqla")
