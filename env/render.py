@@ -144,7 +144,8 @@ def compile_lock(versions: dict, python: str) -> str:
         (Path(tmp) / "default.in").write_text(lock_input(versions))
         out = Path(tmp) / "lock.txt"
         # A relative input path keeps uv's "# via -r default.in" notes the same on every run.
-        cmd = uv_command() + [
+        cmd = [
+            *uv_command(),
             "pip", "compile", "default.in", "--quiet", "--generate-hashes", "--no-header",
             "--python-version", python, "--python-platform", versions["lock"]["platform"],
             "--output-file", str(out),
