@@ -49,8 +49,9 @@ if ! have localhost/slime-flashqla-ci/base:gb10; then
   if [ -n "$links" ] && [ -d "$links" ]; then
     extra=(-v "$links:/wheels:ro" --build-arg PIP_FIND_LINKS=/wheels)
   fi
-  log "base:gb10 ($torch)"
-  podman build "${common[@]}" "${extra[@]}" --build-arg "TORCH=$torch" \
+  triton=$(python3 -c 'import tomllib; print(tomllib.load(open("env/versions.toml","rb"))["ci"]["standin_triton"])')
+  log "base:gb10 ($torch, triton $triton)"
+  podman build "${common[@]}" "${extra[@]}" --build-arg "TORCH=$torch" --build-arg "TRITON=$triton" \
     -f docker/ci/Containerfile.base-gb10 -t localhost/slime-flashqla-ci/base:gb10 docker/ci
 fi
 log "done"
