@@ -129,9 +129,9 @@ def image_build_args(variant: str) -> list[str]:
         "TILELANG_VERSION": versions["packages"]["tilelang"],
     }
     if variant == "default":
-        args |= {"TORCH_VERSION": versions["torch"]["version"], "CUDA_VERSION": versions["torch"]["cuda"]}
+        args |= {"TORCH_VERSION": versions["torch"]["version"], "TORCH_CUDA_VERSION": versions["torch"]["cuda"]}
     else:
-        args["CUDA_VERSION"] = versions["images"]["gb10"]["cuda"]
+        args["BASE_CUDA_VERSION"] = versions["images"]["gb10"]["cuda"]
     base = os.environ.get(f"SLIME_FLASHQLA_BASE_IMAGE_{variant.upper()}")
     if base:
         args["BASE_IMAGE"] = base
@@ -139,6 +139,21 @@ def image_build_args(variant: str) -> list[str]:
     if flashqla:
         args["INSTALL_FLASHQLA"] = flashqla
     return [flag for key, value in args.items() for flag in ("--build-arg", f"{key}={value}")]
+
+
+def expected_pin_labels(variant: str) -> dict[str, str]:
+    """The io.slime-flashqla.pins.* labels an image of this variant must carry."""
+    import tomllib
+
+    versions = tomllib.loads((ROOT / "env" / "versions.toml").read_text())
+    names = ("flash-linear-attention", "flash-qla", "tilelang")
+    labels = {f"io.slime-flashqla.pins.{n}": versions["packages"][n] for n in names}
+    if variant == "default":
+        labels["io.slime-flashqla.pins.torch"] = versions["torch"]["version"]
+        labels["io.slime-flashqla.pins.cuda"] = versions["torch"]["cuda"]
+    else:
+        labels["io.slime-flashqla.pins.cuda"] = versions["images"]["gb10"]["cuda"]
+    return labels
 
 
 def gpu_run_flags(engine: str) -> list[str]:
@@ -175,13 +190,19 @@ def image_build(session: nox.Session, variant: str) -> None:
 @nox.session(python=False)
 @nox.parametrize("variant", list(IMAGES), ids=list(IMAGES))
 def image_tests(session: nox.Session, variant: str) -> None:
-    """Run the image's start-up command, its in-image tests, the CPU suite and (with GPUs) gpu_tests in it."""
+    """Check the image's pin labels, run its start-up command, in-image tests, CPU suite, (GPU) gpu_tests."""
+    import json
     import subprocess
 
     engine = container_engine(session)
     tag = IMAGES[variant][1]
     if subprocess.run([engine, "image", "inspect", tag], capture_output=True).returncode:
         session.error(f"image {tag} is not built: run `nox -s 'image_build({variant})'` first")
+    inspect = [engine, "image", "inspect", "--format", "{{json .Config.Labels}}", tag]
+    labels = json.loads(subprocess.run(inspect, capture_output=True, text=True, check=True).stdout)
+    wrong = {k: (labels.get(k), v) for k, v in expected_pin_labels(variant).items() if labels.get(k) != v}
+    if wrong:
+        session.error(f"{tag}: OCI labels (label, pinned) disagree with env/versions.toml: {wrong}")
     gpus = gpu_run_flags(engine)
     run = [engine, "run", "--rm", *gpus, tag]
     session.run(*run, external=True)  # what `docker run IMAGE` does by itself

@@ -100,11 +100,11 @@ def test_dockerfile_defaults_match_the_pins(variant):
     assert args["TILELANG_VERSION"] == PACKAGES["tilelang"]
     if variant == "default":
         assert args["TORCH_VERSION"] == VERSIONS["torch"]["version"]
-        assert args["CUDA_VERSION"] == VERSIONS["torch"]["cuda"]
+        assert args["TORCH_CUDA_VERSION"] == VERSIONS["torch"]["cuda"]
         assert args["INSTALL_FLASHQLA"] == "1"
         assert f"cuda:{VERSIONS['torch']['cuda']}." in image["base"]
     else:
-        assert args["CUDA_VERSION"] == image["cuda"]
+        assert args["BASE_CUDA_VERSION"] == image["cuda"]
         assert args["INSTALL_FLASHQLA"] == "0"
 
 
