@@ -12,6 +12,8 @@ import sys
 SUBCOMMAND_MODULES = (
     "slime_flashqla.cli.doctor",
     "slime_flashqla.cli.check",
+    "slime_flashqla.cli.warmup",
+    "slime_flashqla.cli.bench",
 )
 
 

@@ -17,12 +17,21 @@ logger = logging.getLogger("slime_flashqla.gdn")
 BACKENDS = ("fla", "flashqla", "torch", "auto")
 
 
+# FlashQLA's GVA kernels (q/k with Hk < Hv heads) win big on long packed batches but lose to
+# the same kernels on q/k repeated to Hv heads on short ones, in forward+backward: on an
+# H200, 16/32 heads, 1000+3096 tokens: 1.83 ms repeated vs 2.01 ms GVA; 8192+24576 tokens:
+# 5.75 ms repeated vs 3.78 ms GVA (docs/benchmarks.md). Up to this many tokens `auto`
+# repeats q/k for FlashQLA training calls.
+FLASHQLA_REPEAT_MAX_TOKENS = 8192
+
+
 @dataclass(frozen=True)
 class BackendChoice:
     """What `auto` runs for a kind of input, and why."""
 
     backend: str
     reason: str
+    repeat_qk: bool = False  # expand q/k to the value head count before the kernel
 
 
 def _check_name(backend: str) -> str:
@@ -94,6 +103,13 @@ def choose_backend(shape: GDNShape, dtype: torch.dtype, device: torch.device, ba
         return BackendChoice("torch", f"inputs are on {device.type}; FLA and FlashQLA run on CUDA only")
     ok, why = KERNEL_BACKENDS["flashqla"].supports(shape, dtype, device, backward)
     if ok:
+        if backward and shape.value_heads > shape.key_heads and shape.tokens <= FLASHQLA_REPEAT_MAX_TOKENS:
+            return BackendChoice(
+                "flashqla",
+                f"{why}; q/k repeated to {shape.value_heads} heads: faster than GVA for training at "
+                f"<= {FLASHQLA_REPEAT_MAX_TOKENS} tokens",
+                repeat_qk=True,
+            )
         return BackendChoice("flashqla", why)
     fla_ok, fla_why = KERNEL_BACKENDS["fla"].supports(shape, dtype, device, backward)
     if fla_ok:
@@ -133,12 +149,13 @@ class AutoChunkGatedDeltaRule:
 
     @property
     def choices(self) -> dict[tuple, BackendChoice]:
-        """Every choice made so far, keyed by (device, dtype, K, V, backward)."""
+        """Every choice made so far, keyed by (device, dtype, Hk, Hv, K, V, backward, short batch)."""
         return dict(self._choices)
 
     def choose(self, shape: GDNShape, dtype: torch.dtype, device: torch.device, backward: bool):
         """The (cached, logged-once) choice for this kind of input."""
-        key = (str(device), dtype, shape.key_dim, shape.value_dim, backward)
+        short = shape.tokens <= FLASHQLA_REPEAT_MAX_TOKENS
+        key = (str(device), dtype, shape.key_heads, shape.value_heads, shape.key_dim, shape.value_dim, backward, short)
         choice = self._choices.get(key)
         if choice is None:
             with self._lock:
@@ -147,13 +164,16 @@ class AutoChunkGatedDeltaRule:
                     choice = choose_backend(shape, dtype, device, backward)
                     self._choices[key] = choice
                     logger.info(
-                        "GDN backend auto -> %s for %s %s K=%d V=%d%s: %s",
+                        "GDN backend auto -> %s for %s %s Hk=%d Hv=%d K=%d V=%d%s%s: %s",
                         choice.backend,
                         device,
                         str(dtype).removeprefix("torch."),
+                        shape.key_heads,
+                        shape.value_heads,
                         shape.key_dim,
                         shape.value_dim,
                         " (training)" if backward else "",
+                        f", <= {FLASHQLA_REPEAT_MAX_TOKENS} tokens" if short else "",
                         choice.reason,
                     )
         return choice
@@ -162,6 +182,9 @@ class AutoChunkGatedDeltaRule:
         shape = check_inputs(q, k, v, g, beta, kwargs.get("scale"), initial_state, cu_seqlens)
         backward = needs_backward(q, k, v, g, beta, initial_state)
         choice = self.choose(shape, q.dtype, q.device, backward)
+        if choice.repeat_qk:
+            group = shape.value_heads // shape.key_heads
+            q, k = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
         return self._calls[choice.backend](
             q, k, v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens, **kwargs
         )

@@ -138,3 +138,15 @@ def test_fla_backend_reaches_flas_own_function_past_the_dispatcher():
     public = fla_chunk.chunk_gated_delta_rule
     if hasattr(public, "__wrapped__"):  # the dispatcher is there (FLA >= 0.6): we are not calling it
         assert own is not public
+
+
+@pytest.mark.skipif(not is_installed("flash_qla"), reason="needs flash-qla installed (the choice checks it)")
+def test_auto_repeats_qk_for_short_training_batches_on_hopper(machine):  # noqa: F811
+    machine(capability=(9, 0))
+    short = explain_auto("cuda", tokens=4096, backward=True)
+    long = explain_auto("cuda", tokens=32768, backward=True)
+    inference = explain_auto("cuda", tokens=4096, backward=False)
+    assert (short.backend, short.repeat_qk) == ("flashqla", True)
+    assert (long.backend, long.repeat_qk) == ("flashqla", False)
+    assert not inference.repeat_qk
+    assert "repeated" in short.reason

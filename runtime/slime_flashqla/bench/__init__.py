@@ -1,0 +1,1 @@
+"""Benchmarks behind `slime-flashqla bench`: `gdn` (GDN kernels and layers) and `comm` (the comm guard)."""

@@ -1,0 +1,349 @@
+"""Latency of torch.distributed ops unwrapped vs under each comm-guard policy, in one run.
+
+On a GPU node:  torchrun --nproc-per-node 2 -m slime_flashqla.bench.comm --backend nccl --json comm.json
+On a CPU box:   python -m slime_flashqla.bench.comm --backend gloo --nproc 2 --json comm.json
+(or `slime-flashqla bench comm ...`).  Rank 0 prints a Markdown table and writes the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import sys
+import time
+import warnings
+from datetime import UTC, datetime
+
+VARIANTS = ("unwrapped", "always", "whitelist", "first-use", "off")
+OPS = (
+    "all_reduce",
+    "broadcast",
+    "all_gather_into_tensor",
+    "reduce_scatter_tensor",
+    "all_to_all_single",
+    "barrier",
+    "isend+irecv",
+)
+SIZE_FREE_OPS = frozenset({"barrier"})
+DEFAULT_SIZES = (4 * 1024, 64 * 1024 * 1024)
+# gloo on a small CPU box takes ~0.1 s per 64 MB collective: fewer large iterations there.
+DEFAULT_ITERS = {"nccl": (200, 40), "gloo": (100, 4)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the benchmark's options to parser."""
+    parser.add_argument("--backend", choices=("nccl", "gloo"), help="default: nccl with CUDA, else gloo")
+    parser.add_argument("--json", metavar="PATH", help="write all numbers (rank 0) to this JSON file")
+    parser.add_argument("--nproc", type=int, default=2, help="ranks to start here when not under torchrun")
+    parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), metavar="OP", help=", ".join(OPS))
+    parser.add_argument(
+        "--sizes", nargs="+", type=_size, default=list(DEFAULT_SIZES), help="message sizes, e.g. 4K 64M"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds over the variants")
+    parser.add_argument("--iters-small", type=int, help="timed calls per round for sizes < 1 MiB")
+    parser.add_argument("--iters-large", type=int, help="timed calls per round for sizes >= 1 MiB")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed calls before each timed block")
+
+
+def _size(text: str) -> int:
+    """Parse 4096, 4K, 64M, 1G (binary multiples) into bytes."""
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    try:
+        value = int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size {text!r}: use bytes or a K/M/G suffix, e.g. 4K, 64M") from None
+    if value < 4 or value % 4:
+        raise argparse.ArgumentTypeError(f"size {text!r}: must be a positive multiple of 4 bytes (float32)")
+    return value
+
+
+def _human(nbytes: int) -> str:
+    """4096 -> '4 KiB', 67108864 -> '64 MiB'."""
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if nbytes >= factor and nbytes % factor == 0:
+            return f"{nbytes // factor} {unit}"
+    return f"{nbytes} B"
+
+
+def _make_call(op: str, nbytes: int, device, rank: int, world: int):
+    """Return a zero-argument function running op once on preallocated buffers, then waiting for it."""
+    import torch
+    import torch.distributed as dist
+
+    n = max(nbytes // 4, world)
+    n -= n % world  # the sizes are the full buffer (nccl-tests convention): divisible by world size
+    full = torch.ones(n, device=device)
+    part = torch.ones(n // world, device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    # `dist.<op>` is looked up on every call, so the same function times the
+    # original or the guard's wrapper, whichever is installed at the time.
+    if op == "all_reduce":
+        return lambda: (dist.all_reduce(full), sync())
+    if op == "broadcast":
+        return lambda: (dist.broadcast(full, src=0), sync())
+    if op == "all_gather_into_tensor":
+        return lambda: (dist.all_gather_into_tensor(full, part), sync())
+    if op == "reduce_scatter_tensor":
+        return lambda: (dist.reduce_scatter_tensor(part, full), sync())
+    if op == "all_to_all_single":
+        out = torch.empty_like(full)
+        return lambda: (dist.all_to_all_single(out, full), sync())
+    if op == "barrier":
+        return lambda: (dist.barrier(), sync())
+    if op == "isend+irecv":
+        peer = rank ^ 1  # pairs (0,1), (2,3)...: the even rank sends first, so the exchange is ordered
+        inbox = torch.empty_like(full)
+
+        def exchange():
+            first, second = (dist.isend, dist.irecv) if rank % 2 == 0 else (dist.irecv, dist.isend)
+            w1 = first(full if first is dist.isend else inbox, peer)
+            w1.wait()
+            w2 = second(full if second is dist.isend else inbox, peer)
+            w2.wait()
+            sync()
+
+        return exchange
+    raise ValueError(f"unknown op {op!r}; choose from {', '.join(OPS)}")
+
+
+def _set_variant(variant: str) -> None:
+    """Install the guard with the variant's policy (default probe and threshold), or remove it."""
+    from slime_flashqla import comm_guard
+
+    if variant == "unwrapped":
+        comm_guard.uninstall()
+    else:
+        comm_guard.install(variant)
+
+
+def _time_op(call, iters: int, warmup: int, rounds: int) -> tuple[dict[str, list[float]], dict]:
+    """Per variant: the latency of each timed call in microseconds, interleaving variants by round."""
+    from slime_flashqla import comm_guard
+
+    samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    steady_stats: dict[str, dict] = {v: {} for v in VARIANTS}
+    clock = time.perf_counter
+    for _ in range(rounds):
+        for variant in VARIANTS:
+            _set_variant(variant)
+            for _ in range(warmup):
+                call()
+            comm_guard.reset_stats()
+            times = samples[variant]
+            for _ in range(iters):
+                t0 = clock()
+                call()
+                times.append((clock() - t0) * 1e6)
+            for name, s in comm_guard.stats().items():
+                acc = steady_stats[variant].setdefault(name, {"checked": 0, "skipped": 0, "cleared": 0})
+                for k in acc:
+                    acc[k] += s[k]
+    comm_guard.uninstall()
+    return samples, steady_stats
+
+
+def wrapper_overhead(calls: int = 200_000, reps: int = 7) -> dict[str, float]:
+    """Microseconds the guard's wrapper adds to a no-op call, per policy and path (probe not consulted)."""
+    from slime_flashqla import comm_guard
+    from slime_flashqla.comm_guard import guard
+
+    def target(tensor, op=None, group=None, async_op=False):
+        return None
+
+    def per_call(fn, n: int = calls) -> float:
+        # CPU time of this thread, not wall time: on a busy machine the time the process
+        # spends descheduled would otherwise swamp sub-microsecond differences.  The
+        # fastest repetition is the one least disturbed by cache and frequency effects.
+        best = float("inf")
+        for _ in range(reps):
+            t0 = time.thread_time()
+            for _ in range(n):
+                fn(None)
+            best = min(best, (time.thread_time() - t0) / n)
+        return best * 1e6
+
+    def wrapped(op_name: str, method: bool = False):
+        key = guard._method_key(op_name) if method else guard._module_key(target, op_name)
+        return guard._guarded(target, op_name, key, target, method)
+
+    base = per_call(target)
+    cases = {
+        "off": ("off", wrapped("all_reduce")),
+        "whitelist, skipped op": ("whitelist", wrapped("all_gather_into_tensor")),
+        "first-use, steady state": ("first-use", wrapped("all_reduce")),
+        "ProcessGroup method, off": ("off", wrapped("allreduce", method=True)),
+    }
+    out = {"bare call": base}
+    for label, (policy, fn) in cases.items():
+        comm_guard.install(policy)
+        fn(None)  # first-use: the first call probes; time the steady state after it
+        out[label] = per_call(fn) - base
+    # `always` consults the default probe: on a GPU that is one torch.cuda.mem_get_info.
+    comm_guard.install("always")
+    out["always (probe consulted)"] = per_call(wrapped("all_reduce"), max(1, calls // 10)) - base
+    comm_guard.uninstall()
+    comm_guard.reset_stats()
+    return out
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile of values (q in 0..100)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def run_rank(args: argparse.Namespace) -> dict | None:
+    """Run the benchmark on this rank (process group already up); return the report on rank 0."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if "isend+irecv" in args.ops and world % 2:
+        # every rank reaches this check, so all of them stop instead of one hanging in a collective
+        raise SystemExit(f"bench comm: isend+irecv pairs ranks (0,1), (2,3)...; world size {world} is odd")
+    backend = dist.get_backend()
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    small_default, large_default = DEFAULT_ITERS.get(backend, DEFAULT_ITERS["gloo"])
+    load_start = os.getloadavg()[0]  # CPU contention from other work makes host-side timings noisy
+    rows = []
+    for op in args.ops:
+        for nbytes in (0,) if op in SIZE_FREE_OPS else args.sizes:
+            large = nbytes >= 1024**2
+            iters = (args.iters_large or large_default) if large else (args.iters_small or small_default)
+            warmup = min(args.warmup, max(1, iters // 2)) if large else args.warmup
+            call = _make_call(op, nbytes, device, rank, world)
+            samples, steady = _time_op(call, iters, warmup, args.rounds)
+            rows.append({"op": op, "bytes": nbytes, "iters": iters * args.rounds, "samples": samples, "stats": steady})
+            if rank == 0:
+                label = f"{op} {_human(nbytes)}" if nbytes else op
+                print(f"  {label}: done", file=sys.stderr, flush=True)
+    # One number per (row, variant): the slowest rank's median, so a straggler is not hidden.
+    medians = torch.tensor(
+        [statistics.median(r["samples"][v]) for r in rows for v in VARIANTS],
+        dtype=torch.float64,
+        device=device,
+    )
+    dist.all_reduce(medians, op=dist.ReduceOp.MAX)
+    overhead = wrapper_overhead() if rank == 0 else None
+    if rank != 0:
+        return None
+    medians = medians.tolist()
+    for i, r in enumerate(rows):
+        mine = r.pop("samples")
+        r["median_us"] = {v: medians[i * len(VARIANTS) + j] for j, v in enumerate(VARIANTS)}
+        r["rank0_p90_us"] = {v: _percentile(mine[v], 90) for v in VARIANTS}
+        base = r["median_us"]["unwrapped"]
+        r["ratio"] = {v: r["median_us"][v] / base for v in VARIANTS if v != "unwrapped"}
+    return {
+        "meta": {
+            "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
+            "backend": backend,
+            "world_size": world,
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+            "cpu_count": os.cpu_count(),
+            "loadavg_1m": {"start": load_start, "end": os.getloadavg()[0]},
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "command": " ".join(sys.orig_argv),
+            "rounds": args.rounds,
+            "warmup": args.warmup,
+            "timing": "per call: perf_counter around the op and its completion (CUDA sync / work wait)",
+            "probe": "default: torch.cuda.mem_get_info() when CUDA is initialized, else None",
+        },
+        "rows": rows,
+        "wrapper_overhead_us": overhead,
+    }
+
+
+def format_table(report: dict) -> str:
+    """Render the report as Markdown: one row per op and size, one column per variant."""
+    head = "| op | size | unwrapped (us) | " + " | ".join(f"{v} (x)" for v in VARIANTS[1:]) + " |"
+    lines = [head, "|" + " --- |" * (3 + len(VARIANTS) - 1)]
+    for r in report["rows"]:
+        ratios = " | ".join(f"{r['ratio'][v]:.3f}" for v in VARIANTS[1:])
+        size = _human(r["bytes"]) if r["bytes"] else "-"
+        lines.append(f"| {r['op']} | {size} | {r['median_us']['unwrapped']:.1f} | {ratios} |")
+    lines.append("")
+    lines.append("| wrapper alone | us per call |")
+    lines.append("| --- | --- |")
+    for label, us in report["wrapper_overhead_us"].items():
+        lines.append(f"| {label} | {us:.3f} |")
+    return "\n".join(lines)
+
+
+def _worker(local_rank: int, args: argparse.Namespace, world: int) -> None:
+    """Entry point of a rank started by --nproc (not under torchrun)."""
+    os.environ.update({"RANK": str(local_rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world)})
+    _run_initialized(args)
+
+
+def _run_initialized(args: argparse.Namespace) -> None:
+    """Init the process group from the environment, benchmark, report on rank 0, tear down."""
+    import torch
+    import torch.distributed as dist
+
+    if args.backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(args.backend)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # all_gather_into_tensor's deprecation notice
+            report = run_rank(args)
+        if report is not None:
+            print(format_table(report))
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(report, f, indent=1)
+                print(f"wrote {args.json}")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Benchmark under torchrun's environment, or start --nproc local ranks."""
+    import torch
+
+    if args.backend is None:
+        args.backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if args.backend == "nccl" and not torch.cuda.is_available():
+        print("bench comm: --backend nccl needs CUDA GPUs; use --backend gloo on this machine", file=sys.stderr)
+        return 2
+    if args.rounds < 1 or args.warmup < 0 or min(args.iters_small or 1, args.iters_large or 1) < 1:
+        print("bench comm: --rounds and --iters-* must be >= 1, --warmup >= 0", file=sys.stderr)
+        return 2
+    if "WORLD_SIZE" in os.environ:  # torchrun (or another launcher) started us
+        _run_initialized(args)
+        return 0
+    if args.nproc < 2:
+        print("bench comm: --nproc must be >= 2 (a collective needs peers)", file=sys.stderr)
+        return 2
+    if args.backend == "nccl" and torch.cuda.device_count() < args.nproc:
+        print(f"bench comm: --nproc {args.nproc} > {torch.cuda.device_count()} visible GPUs", file=sys.stderr)
+        return 2
+    with socket.socket() as s:  # a free port for the rendezvous; the tiny race is acceptable here
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    import torch.multiprocessing as mp
+
+    # CUDA cannot be used in a forked child; gloo ranks start faster by fork.
+    method = "spawn" if args.backend == "nccl" else "fork"
+    mp.start_processes(_worker, args=(args, args.nproc), nprocs=args.nproc, start_method=method)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m slime_flashqla.bench.comm`: parse arguments and run."""
+    parser = argparse.ArgumentParser(prog="python -m slime_flashqla.bench.comm", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,952 @@
+"""`slime-flashqla bench gdn`: median forward and forward+backward latency of the GDN kernel and layer per backend.
+
+A row is one (level, shape, head config, mode, variant); the variants of one
+(level, shape, head config, mode) form a group that shares its inputs, and each is
+compared with `fla-repeat` (slime's default path) and with the group's fastest.
+Run `python -m slime_flashqla.bench.gdn --help` for the options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import shlex
+import sys
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from slime_flashqla.bench.gdn_shapes import (
+    ALL_SHAPES,
+    DEFAULT_HEADS,
+    DEFAULT_SHAPES,
+    TP_HEADS,
+    HeadConfig,
+    ShapeError,
+    ShapeSpec,
+    parse_heads,
+    parse_shapes,
+)
+
+LEVELS = ("kernel", "layer")
+MODES = ("fwd", "fwd+bwd")
+BASELINE = "fla-repeat"
+AUTO_TARGET = 1.03  # auto should be within 3% of the fastest variant of its group
+CONV_KERNEL = 4  # Qwen3-Next's linear_conv_kernel_dim
+DTYPES = ("bfloat16", "float16", "float32")
+ENV_VARS = ("CUDA_VISIBLE_DEVICES", "FLA_FLASH_QLA", "FLA_DISABLE_BACKEND_DISPATCH")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A backend and how q/k reach it: repeated to Hv heads, or grouped (GVA)."""
+
+    name: str
+    backend: str
+    repeat: bool
+    about: str
+
+
+VARIANTS = {
+    v.name: v
+    for v in (
+        Variant("fla-repeat", "fla", True, "FLA's kernels, q/k repeated to Hv heads (slime's default path today)"),
+        Variant("fla-gva", "fla", False, "FLA's kernels, q/k with their own Hk heads"),
+        Variant("flashqla-repeat", "flashqla", True, "FlashQLA, q/k repeated to Hv heads (slime's FlashQLA path)"),
+        Variant("flashqla-gva", "flashqla", False, "FlashQLA, q/k with their own Hk heads"),
+        Variant("auto", "auto", False, "the `auto` backend (GVA): FlashQLA where it validates, else FLA, else torch"),
+        Variant("torch", "torch", False, "the pure-PyTorch reference, GVA (slow: only when asked)"),
+        Variant("torch-repeat", "torch", True, "the pure-PyTorch reference, q/k repeated (slow: only when asked)"),
+    )
+}
+DEFAULT_VARIANTS = ("fla-repeat", "fla-gva", "flashqla-repeat", "flashqla-gva", "auto")
+
+
+class BenchInputError(ValueError):
+    """Bad command-line input, reported before any kernel runs."""
+
+
+@dataclass
+class Plan:
+    """Everything a run measures, parsed and checked."""
+
+    device: object  # torch.device
+    levels: list[str]
+    shapes: list[ShapeSpec]
+    heads: list[HeadConfig]
+    variants: list[Variant]
+    modes: list[str]
+    dtype: str  # of q/k/v and the layer: bfloat16 (GPU default), float16, float32 (CPU default)
+    head_dim: int
+    hidden_size: int
+    warmup: int
+    iters: int
+    seed: int
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.levels) * len(self.shapes) * len(self.heads) * len(self.modes) * len(self.variants)
+
+
+@dataclass
+class Row:
+    """One measured (or skipped, or failed) benchmark row; `asdict` of it is a JSON row."""
+
+    level: str
+    shape: str
+    lengths: list[int]
+    tokens: int
+    key_heads: int
+    value_heads: int
+    mode: str
+    variant: str
+    backend: str
+    gva: bool
+    status: str = "ok"  # ok | skipped | error
+    reason: str = ""
+    median_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    iters: int = 0
+    warmup: int = 0
+    timer: str = ""
+    tokens_per_s: float | None = None
+    speedup_vs_fla_repeat: float | None = None
+    speedup_vs_fastest: float | None = None
+    auto_backend: str | None = None
+    auto_repeat_qk: bool | None = None  # auto expanded q/k to Hv heads itself (newer `auto`, short batches)
+    note: str = ""
+
+    @property
+    def heads(self) -> str:
+        return f"{self.key_heads}/{self.value_heads}"
+
+    @property
+    def group(self) -> tuple:
+        return (self.level, self.shape, self.heads, self.mode)
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the `bench gdn` options to a parser (the CLI sets `func` itself)."""
+    parser.description = __doc__.splitlines()[0]
+    parser.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda when a GPU is present, else cpu)")
+    parser.add_argument("--levels", default=",".join(LEVELS), help="comma list of kernel, layer (default both)")
+    parser.add_argument(
+        "--shapes",
+        help=(
+            "comma list of packed sequence lengths: AxB = B sequences of A tokens (1xN = one of N), A+B = explicit "
+            f"lengths (default {','.join(DEFAULT_SHAPES)})"
+        ),
+    )
+    parser.add_argument("--all-shapes", action="store_true", help=f"every shape: {','.join(ALL_SHAPES)}")
+    parser.add_argument(
+        "--heads", help=f"comma list of Hk/Hv head configs (default {','.join(DEFAULT_HEADS)}, Qwen3-Next at TP1-8)"
+    )
+    parser.add_argument("--tp-configs", action="store_true", help=f"every TP head config: {','.join(TP_HEADS)}")
+    parser.add_argument(
+        "--variants",
+        default=",".join(DEFAULT_VARIANTS),
+        help=f"comma list, or 'all', of {', '.join(VARIANTS)} (default {','.join(DEFAULT_VARIANTS)})",
+    )
+    parser.add_argument("--modes", default=",".join(MODES), help="comma list of fwd, fwd+bwd (default both)")
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help="q/k/v and layer dtype (default bfloat16 on a GPU; float32 on the CPU, where bfloat16 convs are slow)",
+    )
+    parser.add_argument("--head-dim", type=int, default=128, help="K = V head size (default 128)")
+    parser.add_argument("--hidden-size", type=int, default=2048, help="layer hidden size (default 2048, Qwen3-Next)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed calls before timing (default 5)")
+    parser.add_argument("--iters", type=int, default=30, help="timed calls; the median is reported (default 30)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs and layer weights")
+    parser.add_argument(
+        "--skip-unavailable",
+        action="store_true",
+        help="list variants that cannot run here as skipped (with the reason) instead of exiting with 2",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="check the input and print the plan; run nothing")
+    parser.add_argument("--json", metavar="PATH", help="write every row and the environment as JSON")
+    parser.add_argument("--markdown", metavar="PATH", help="write the result tables as markdown")
+    parser.add_argument("--plot", metavar="PATH.png", help="write a PNG of grouped bars (needs matplotlib)")
+    parser.add_argument(
+        "--plot-metric",
+        choices=("speedup", "latency"),
+        default="speedup",
+        help="bar height: speedup vs fla-repeat (default) or median latency",
+    )
+    parser.add_argument("--plain", action="store_true", help="plain-text progress and tables even with rich")
+    return parser
+
+
+def _split(text: str) -> list[str]:
+    return list(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))
+
+
+def _choose(text: str, valid: tuple[str, ...], what: str) -> list[str]:
+    items = _split(text)
+    bad = [item for item in items if item not in valid]
+    if bad or not items:
+        raise BenchInputError(f"unknown {what} {', '.join(map(repr, bad)) or repr(text)}; valid: {', '.join(valid)}")
+    return items
+
+
+def _parse_device(text: str | None):
+    import torch
+
+    if text is None:
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        device = torch.device(text)
+    except RuntimeError as error:
+        raise BenchInputError(f"bad --device {text!r}: {error}") from error
+    if device.type == "cpu":
+        return device
+    if device.type != "cuda":
+        raise BenchInputError(f"--device must be cuda, cuda:N or cpu, got {text!r}")
+    if not torch.cuda.is_available():
+        raise BenchInputError(
+            f"--device {text}: no CUDA device here (torch.cuda.is_available() is False); "
+            "for a CPU run use --device cpu --variants torch"
+        )
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if index >= torch.cuda.device_count():
+        raise BenchInputError(f"--device {text}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return torch.device("cuda", index)
+
+
+def build_plan(args: argparse.Namespace) -> Plan:
+    """Parse and check the options; raise BenchInputError naming the first problem."""
+    if args.shapes and args.all_shapes:
+        raise BenchInputError("give --shapes or --all-shapes, not both")
+    if args.heads and args.tp_configs:
+        raise BenchInputError("give --heads or --tp-configs, not both")
+    try:
+        shapes = parse_shapes(args.shapes or ",".join(ALL_SHAPES if args.all_shapes else DEFAULT_SHAPES))
+        heads = parse_heads(args.heads or ",".join(TP_HEADS if args.tp_configs else DEFAULT_HEADS))
+    except ShapeError as error:
+        raise BenchInputError(str(error)) from error
+    names = list(VARIANTS) if args.variants.strip() == "all" else _choose(args.variants, tuple(VARIANTS), "variant")
+    for name, value, low in (
+        ("--iters", args.iters, 1),
+        ("--warmup", args.warmup, 0),
+        ("--head-dim", args.head_dim, 1),
+        ("--hidden-size", args.hidden_size, 1),
+    ):
+        if value < low:
+            raise BenchInputError(f"{name} must be >= {low}, got {value}")
+    device = _parse_device(args.device)
+    return Plan(
+        device=device,
+        levels=_choose(args.levels, LEVELS, "level"),
+        shapes=shapes,
+        heads=heads,
+        variants=[VARIANTS[name] for name in names],
+        modes=_choose(args.modes, MODES, "mode"),
+        dtype=args.dtype or ("bfloat16" if device.type == "cuda" else "float32"),
+        head_dim=args.head_dim,
+        hidden_size=args.hidden_size,
+        warmup=args.warmup,
+        iters=args.iters,
+        seed=args.seed,
+    )
+
+
+# ---------------------------------------------------------------- availability
+
+
+def variant_problem(variant: Variant, mode: str, plan: Plan) -> str | None:
+    """Why `variant` cannot run `mode` on this machine, or None (imports the backend, launches nothing)."""
+    if variant.backend in ("torch", "auto"):  # auto always has a fallback; rows record what it picked
+        return None
+    import torch
+
+    from slime_flashqla.gdn import GDNShape, get_chunk_gated_delta_rule
+    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+
+    try:
+        get_chunk_gated_delta_rule(variant.backend)
+    except (ImportError, RuntimeError) as error:  # a missing package, FlashQLAUnavailableError
+        return str(error)
+    heads = plan.heads[0]
+    shape = GDNShape(1, 64, heads.key_heads, heads.value_heads, plan.head_dim, plan.head_dim, 1, True)
+    dtype = getattr(torch, plan.dtype)
+    ok, why = KERNEL_BACKENDS[variant.backend].supports(shape, dtype, plan.device, mode == "fwd+bwd")
+    if not ok:
+        return why
+    if variant.backend == "fla":
+        from slime_flashqla.gdn.fla_kernels import fla_own_chunk_gated_delta_rule
+
+        try:
+            fla_own_chunk_gated_delta_rule()
+        except (ImportError, RuntimeError) as error:
+            return str(error)
+    return None
+
+
+def find_problems(plan: Plan) -> dict[tuple[str, str], str]:
+    """{(variant, mode): reason} for every variant and mode that cannot run here."""
+    problems = {}
+    for variant in plan.variants:
+        for mode in plan.modes:
+            reason = variant_problem(variant, mode, plan)
+            if reason:
+                problems[(variant.name, mode)] = reason
+    return problems
+
+
+def variant_note(variant: Variant) -> str:
+    """A caveat that belongs next to the variant's numbers (empty when none)."""
+    if variant.name == "fla-gva":
+        from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+
+        if not KERNEL_BACKENDS["fla"].supports_gva:
+            return "this FLA takes no GVA: the backend repeats q/k itself"
+    return ""
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def _random(shape: ShapeSpec, plan: Plan, heads: HeadConfig, level: str) -> dict:
+    """Fresh random inputs of one group (same seed for every variant), never zeros."""
+    import torch
+    import torch.nn.functional as F
+
+    device, tokens, dim = plan.device, shape.tokens, plan.head_dim
+    generator = torch.Generator(device=device).manual_seed(plan.seed)
+
+    def randn(*size, dtype=None):
+        dtype = dtype or getattr(torch, plan.dtype)
+        return torch.randn(*size, generator=generator, device=device, dtype=dtype)
+
+    cu_seqlens = torch.tensor(shape.cu_seqlens(), dtype=torch.int32, device=device)
+    if level == "layer":
+        return {
+            "x": randn(1, tokens, plan.hidden_size),
+            "grad": randn(1, tokens, plan.hidden_size),
+            "cu_seqlens": cu_seqlens,
+        }
+    hk, hv = heads.key_heads, heads.value_heads
+    return {
+        "q": randn(1, tokens, hk, dim),
+        "k": randn(1, tokens, hk, dim),
+        "v": randn(1, tokens, hv, dim),
+        # FlashQLA's benchmark decay: logsigmoid(N(0,1)) / 16, i.e. gates close to 1.
+        "g": F.logsigmoid(randn(1, tokens, hv, dtype=torch.float32)) / 16,
+        "beta": randn(1, tokens, hv, dtype=torch.float32).sigmoid(),
+        "grad": randn(1, tokens, hv, dim),
+        "cu_seqlens": cu_seqlens,
+    }
+
+
+def _repeating(fn, group: int):
+    """Wrap a chunk_gated_delta_rule so q/k are repeat_interleave'd to Hv heads first (slime's path today)."""
+
+    def chunk_gated_delta_rule(q, k, v, **kwargs):
+        return fn(q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2), v, **kwargs)
+
+    return chunk_gated_delta_rule
+
+
+def _kernel_fn(variant: Variant, heads: HeadConfig):
+    from slime_flashqla.gdn import get_chunk_gated_delta_rule
+
+    fn = get_chunk_gated_delta_rule(variant.backend)
+    return (_repeating(fn, heads.group) if variant.repeat and heads.group > 1 else fn), fn
+
+
+def _kernel_call(fn, inputs: dict, backward: bool):
+    """One timed call of the kernel: forward (under no_grad) or forward + backward of a fixed grad."""
+    import torch
+
+    leaves = [inputs[key].requires_grad_(backward) for key in ("q", "k", "v", "g", "beta")]
+    q, k, v, g, beta = leaves
+
+    def call():
+        with torch.set_grad_enabled(backward):
+            o, _ = fn(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True, cu_seqlens=inputs["cu_seqlens"])
+        if backward:
+            o.backward(inputs["grad"])
+            for leaf in leaves:  # None, not zero: the next backward assigns instead of accumulating
+                leaf.grad = None
+
+    return call
+
+
+def _build_layer(variant: Variant, heads: HeadConfig, plan: Plan):
+    import torch
+
+    from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint
+
+    config = {
+        "hidden_size": plan.hidden_size,
+        "linear_num_value_heads": heads.value_heads,
+        "linear_num_key_heads": heads.key_heads,
+        "linear_key_head_dim": plan.head_dim,
+        "linear_value_head_dim": plan.head_dim,
+        "linear_conv_kernel_dim": CONV_KERNEL,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+    }
+    # The same seed for every variant: identical weights, and the caller's RNG is left alone.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(plan.seed)
+        layer = Qwen3NextGatedDeltaNet(config, backend=variant.backend)
+        init_like_checkpoint(layer)
+    layer = layer.to(device=plan.device, dtype=getattr(torch, plan.dtype))
+    if variant.repeat and heads.group > 1:
+        layer.chunk_gated_delta_rule = _repeating(layer.chunk_gated_delta_rule, heads.group)
+    return layer
+
+
+def _layer_call(layer, inputs: dict, backward: bool):
+    """One timed call of the layer: forward (under no_grad) or forward + backward of a fixed grad."""
+    import torch
+
+    x = inputs["x"].requires_grad_(backward)
+    params = list(layer.parameters())
+
+    def call():
+        with torch.set_grad_enabled(backward):
+            out = layer(x, cu_seqlens=inputs["cu_seqlens"])
+        if backward:
+            out.backward(inputs["grad"])
+            x.grad = None
+            for param in params:
+                param.grad = None
+
+    return call
+
+
+def _auto_choice(auto, row: Row, plan: Plan, backward: bool):
+    """The choice `auto` made for this row's inputs (choices are cached: asking again returns the one it ran)."""
+    import torch
+
+    from slime_flashqla.gdn import GDNShape
+
+    if not hasattr(auto, "choose"):
+        return None
+    dim = plan.head_dim
+    shape = GDNShape(1, row.tokens, row.key_heads, row.value_heads, dim, dim, len(row.lengths), True)
+    return auto.choose(shape, getattr(torch, plan.dtype), plan.device, backward)
+
+
+def _free_memory(device) -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _row(level: str, shape: ShapeSpec, heads: HeadConfig, mode: str, variant: Variant, **fields) -> Row:
+    return Row(
+        level=level,
+        shape=shape.label,
+        lengths=list(shape.lengths),
+        tokens=shape.tokens,
+        key_heads=heads.key_heads,
+        value_heads=heads.value_heads,
+        mode=mode,
+        variant=variant.name,
+        backend=variant.backend,
+        gva=not variant.repeat,
+        **fields,
+    )
+
+
+def _prepare(level: str, variant: Variant, heads: HeadConfig, inputs: dict, backward: bool, layers: dict, plan: Plan):
+    """The timed call of one row and the backend it calls; a layer is built on first use and kept in `layers`."""
+    if level == "kernel":
+        fn, backend_fn = _kernel_fn(variant, heads)
+        return _kernel_call(fn, inputs, backward), backend_fn
+    key = (heads, variant.name)
+    if key not in layers:
+        layers[key] = _build_layer(variant, heads, plan)
+    return _layer_call(layers[key], inputs, backward), layers[key].chunk_gated_delta_rule
+
+
+def _measure_row(row: Row, prepare, plan: Plan) -> object:
+    """Time the call `prepare()` returns (with the backend it calls) into `row`; return that backend."""
+    from slime_flashqla.bench.timing import measure
+
+    backend_fn = None
+    try:
+        call, backend_fn = prepare()
+        timing = measure(call, plan.device, warmup=plan.warmup, iters=plan.iters)
+    except Exception as error:  # one failing variant (OOM, a kernel error) must not lose the rest of a long run
+        row.status = "error"
+        row.reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        _free_memory(plan.device)
+        return backend_fn
+    row.median_ms, row.min_ms, row.max_ms = timing.median_ms, timing.min_ms, timing.max_ms
+    row.iters, row.warmup, row.timer = timing.iters, timing.warmup, timing.timer
+    row.tokens_per_s = row.tokens / (timing.median_ms / 1e3)
+    return backend_fn
+
+
+def run_plan(plan: Plan, problems: dict[tuple[str, str], str], progress) -> list[Row]:
+    """Measure every runnable row; `progress(row)` is called after each measured row."""
+    rows = []
+    for level in plan.levels:
+        layers: dict[tuple, object] = {}  # built once per (heads, variant), reused across shapes
+        for shape in plan.shapes:
+            for heads in plan.heads:
+                inputs = _random(shape, plan, heads, level)
+                for mode in plan.modes:
+                    backward = mode == "fwd+bwd"
+                    for variant in plan.variants:
+                        reason = problems.get((variant.name, mode))
+                        if reason:
+                            rows.append(_row(level, shape, heads, mode, variant, status="skipped", reason=reason))
+                            continue
+                        row = _row(level, shape, heads, mode, variant, note=variant_note(variant))
+                        prepare = functools.partial(_prepare, level, variant, heads, inputs, backward, layers, plan)
+                        backend_fn = _measure_row(row, prepare, plan)
+                        choice = _auto_choice(backend_fn, row, plan, backward) if variant.backend == "auto" else None
+                        if choice is not None:
+                            row.auto_backend = choice.backend
+                            row.auto_repeat_qk = bool(getattr(choice, "repeat_qk", False))
+                        del prepare, backend_fn
+                        rows.append(row)
+                        progress(row)
+                del inputs
+                _free_memory(plan.device)
+        layers.clear()
+        _free_memory(plan.device)
+    return rows
+
+
+# ---------------------------------------------------------------- results
+
+
+def add_speedups(rows: list[Row]) -> None:
+    """Fill speedup_vs_fla_repeat and speedup_vs_fastest (> 1 = faster) within each group."""
+    groups: dict[tuple, list[Row]] = defaultdict(list)
+    for row in rows:
+        if row.status == "ok" and row.median_ms:
+            groups[row.group].append(row)
+    for members in groups.values():
+        fastest = min(row.median_ms for row in members)
+        baseline = next((row.median_ms for row in members if row.variant == BASELINE), None)
+        for row in members:
+            row.speedup_vs_fastest = fastest / row.median_ms
+            row.speedup_vs_fla_repeat = baseline / row.median_ms if baseline else None
+
+
+def auto_summary(rows: list[Row]) -> list[dict]:
+    """Per group with an `auto` row: what it picked, the fastest other variant, and auto's time ratio to it."""
+    groups: dict[tuple, list[Row]] = defaultdict(list)
+    for row in rows:
+        if row.status == "ok" and row.median_ms:
+            groups[row.group].append(row)
+    summary = []
+    for (level, shape, heads, mode), members in groups.items():
+        auto = next((row for row in members if row.variant == "auto"), None)
+        others = [row for row in members if row.variant != "auto"]
+        if auto is None or not others:
+            continue
+        best = min(others, key=lambda row: row.median_ms)
+        ratio = auto.median_ms / best.median_ms
+        same_form = auto.auto_repeat_qk is None or auto.auto_repeat_qk == (not best.gva)
+        summary.append(
+            {
+                "level": level,
+                "shape": shape,
+                "heads": heads,
+                "mode": mode,
+                "auto_backend": auto.auto_backend,
+                "auto_ms": auto.median_ms,
+                "fastest_variant": best.variant,
+                "fastest_ms": best.median_ms,
+                "auto_vs_fastest": ratio,
+                "auto_repeat_qk": auto.auto_repeat_qk,
+                "picked_fastest_backend": auto.auto_backend == best.backend,
+                "picked_fastest_variant": auto.auto_backend == best.backend and same_form,
+                "within_target": ratio <= AUTO_TARGET,
+            }
+        )
+    return summary
+
+
+def command_line() -> str:
+    """This process's command line, with `python -m slime_flashqla.bench.gdn` for a `-m` run."""
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).parts[-2:] == ("bench", "gdn.py"):  # `-m` puts the module's file in argv[0]
+        return shlex.join(["python", "-m", "slime_flashqla.bench.gdn", *argv[1:]])
+    return shlex.join(argv)
+
+
+def environment(plan: Plan) -> dict:
+    """GPU, versions, date and the exact command line of this run."""
+    import datetime
+    import platform
+
+    import torch
+
+    from slime_flashqla import __version__
+    from slime_flashqla.gdn.packages import installed_version
+
+    cuda = plan.device.type == "cuda"
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": command_line(),
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "device": str(plan.device),
+        "gpu": torch.cuda.get_device_name(plan.device) if cuda else None,
+        "capability": ".".join(map(str, torch.cuda.get_device_capability(plan.device))) if cuda else None,
+        "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "packages": {name: installed_version(name) for name in ("triton", "fla", "flash_qla", "tilelang")},
+        "slime_flashqla": __version__,
+        "env": {name: os.environ[name] for name in ENV_VARS if name in os.environ},
+    }
+
+
+def settings(plan: Plan) -> dict:
+    """The parsed plan, as JSON."""
+    return {
+        "levels": plan.levels,
+        "shapes": {shape.label: list(shape.lengths) for shape in plan.shapes},
+        "heads": [heads.label for heads in plan.heads],
+        "variants": [variant.name for variant in plan.variants],
+        "modes": plan.modes,
+        "head_dim": plan.head_dim,
+        "hidden_size": plan.hidden_size,
+        "warmup": plan.warmup,
+        "iters": plan.iters,
+        "seed": plan.seed,
+        "dtype": f"{plan.dtype} q/k/v and layer, float32 g/beta",
+        "use_qk_l2norm_in_kernel": True,
+        "auto_target": AUTO_TARGET,
+    }
+
+
+# ---------------------------------------------------------------- output
+
+TABLE_HEADERS = (
+    "level",
+    "shape",
+    "tokens",
+    "Hk/Hv",
+    "mode",
+    "variant",
+    "median ms",
+    "tokens/s",
+    "vs fla-repeat",
+    "vs fastest",
+    "note",
+)
+
+
+def _rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.2f}{suffix}"
+    return f"{value:.1f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _row_note(row: Row) -> str:
+    parts = []
+    if row.status == "error":
+        parts.append(f"ERROR {row.reason}")
+    if row.variant == "auto":
+        parts.append(f"auto -> {row.auto_backend or '?'}" + (" (repeats q/k)" if row.auto_repeat_qk else ""))
+    if row.note:
+        parts.append(row.note)
+    return "; ".join(parts)
+
+
+def table_cells(rows: list[Row]) -> list[list[str]]:
+    """The result table as strings (measured and failed rows; skipped ones go to skipped_cells)."""
+    cells = []
+    for row in rows:
+        if row.status == "skipped":
+            continue
+        cells.append(
+            [
+                row.level,
+                row.shape,
+                str(row.tokens),
+                row.heads,
+                row.mode,
+                row.variant,
+                "-" if row.median_ms is None else f"{row.median_ms:.3f}",
+                _rate(row.tokens_per_s),
+                _ratio(row.speedup_vs_fla_repeat),
+                _ratio(row.speedup_vs_fastest),
+                _row_note(row),
+            ]
+        )
+    return cells
+
+
+def skipped_cells(rows: list[Row]) -> list[list[str]]:
+    """One line per skipped (variant, mode) with its reason."""
+    seen = {}
+    for row in rows:
+        if row.status == "skipped":
+            seen.setdefault((row.variant, row.mode), row.reason)
+    return [[variant, mode, reason] for (variant, mode), reason in seen.items()]
+
+
+AUTO_HEADERS = ("level", "shape", "Hk/Hv", "mode", "auto picked", "fastest", "auto / fastest", "within 3%")
+
+
+def auto_cells(summary: list[dict]) -> list[list[str]]:
+    """The auto-vs-fastest table as strings."""
+    return [
+        [
+            item["level"],
+            item["shape"],
+            item["heads"],
+            item["mode"],
+            str(item["auto_backend"]) + (" (repeat)" if item["auto_repeat_qk"] else ""),
+            item["fastest_variant"],
+            f"{item['auto_vs_fastest']:.3f}",
+            "yes" if item["within_target"] else "NO",
+        ]
+        for item in summary
+    ]
+
+
+def _rich_console(plain: bool):
+    if plain:
+        return None
+    try:
+        from rich.console import Console
+    except ImportError:
+        return None
+    console = Console()
+    # Piped into a log (tee, nohup), rich assumes 80 columns and folds every cell: give the table room.
+    return console if console.is_terminal else Console(width=200)
+
+
+def print_table(console, title: str, headers, cells) -> None:
+    """A rich table, or aligned plain text without rich."""
+    if console is not None:
+        from rich.table import Table
+
+        table = Table(title=title)
+        for header in headers:
+            table.add_column(header, overflow="fold")
+        for line in cells:
+            table.add_row(*line)
+        console.print(table)
+        return
+    widths = [max(len(str(x)) for x in column) for column in zip(headers, *cells, strict=False)]
+    print(title)
+    for line in (list(headers), *cells):
+        print("  " + "  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=False)).rstrip())
+
+
+def _markdown_table(headers, cells) -> list[str]:
+    def line(items):
+        return "| " + " | ".join(str(x).replace("|", "\\|") for x in items) + " |"
+
+    return [line(headers), "|" + "|".join("---" for _ in headers) + "|", *(line(c) for c in cells)]
+
+
+def markdown_report(rows: list[Row], summary: list[dict], env: dict, plan: Plan) -> str:
+    """The tables as markdown, headed by the GPU, versions, date and command."""
+    packages = ", ".join(f"{name} {version or 'not installed'}" for name, version in env["packages"].items())
+    where = env["gpu"] or f"CPU ({env['cpu']})"
+    lines = [
+        f"### GDN benchmark: {where}, {env['date']}",
+        "",
+        f"torch {env['torch']} (CUDA {env['torch_cuda']}), {packages}; {plan.dtype}, K = V = {plan.head_dim}, "
+        f"layer hidden {plan.hidden_size}; median of {plan.iters} calls after {plan.warmup} warm-up calls.",
+        "",
+        f"Command: `{env['command']}`",
+        "",
+        *_markdown_table(TABLE_HEADERS, table_cells(rows)),
+    ]
+    if summary:
+        hits = sum(item["within_target"] for item in summary)
+        lines += [
+            "",
+            f"`auto` vs the fastest other variant: within 3% in {hits} of {len(summary)} groups.",
+            "",
+            *_markdown_table(AUTO_HEADERS, auto_cells(summary)),
+        ]
+    skipped = skipped_cells(rows)
+    if skipped:
+        lines += ["", "Skipped (cannot run here):", "", *_markdown_table(("variant", "mode", "reason"), skipped)]
+    return "\n".join(lines) + "\n"
+
+
+@contextmanager
+def _progress(total: int, console):
+    """Yield a callback(row) that advances a rich progress bar, or prints a line per row."""
+    done = [0]
+
+    def describe(row: Row) -> str:
+        timing = f"{row.median_ms:.3f} ms" if row.median_ms is not None else row.status.upper()
+        return f"{row.level} {row.shape} {row.heads} {row.mode} {row.variant}: {timing}"
+
+    if console is None:
+
+        def plain(row: Row) -> None:
+            done[0] += 1
+            print(f"[{done[0]}/{total}] {describe(row)}", flush=True)
+
+        yield plain
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as bar:
+        task = bar.add_task("bench gdn", total=total)
+        yield lambda row: bar.update(task, advance=1, description=describe(row))
+
+
+def _check_output_paths(args) -> None:
+    for option in ("json", "markdown", "plot"):
+        path = getattr(args, option)
+        if path and not Path(path).resolve().parent.is_dir():
+            raise BenchInputError(f"--{option} {path}: the directory {Path(path).parent} does not exist")
+
+
+def _print_plan(plan: Plan, problems: dict) -> None:
+    import torch
+
+    from slime_flashqla.gdn import explain_auto
+
+    print(
+        f"plan: {plan.num_rows} rows = levels {','.join(plan.levels)} x shapes "
+        f"{','.join(s.label for s in plan.shapes)} x heads {','.join(h.label for h in plan.heads)} x modes "
+        f"{','.join(plan.modes)} x variants {','.join(v.name for v in plan.variants)}"
+    )
+    for (variant, mode), reason in problems.items():
+        print(f"  skipped {variant} ({mode}): {reason}")
+    if any(v.backend == "auto" for v in plan.variants):
+        for heads in plan.heads:
+            for mode in plan.modes:
+                choice = explain_auto(
+                    plan.device,
+                    dtype=getattr(torch, plan.dtype),
+                    key_heads=heads.key_heads,
+                    value_heads=heads.value_heads,
+                    key_dim=plan.head_dim,
+                    value_dim=plan.head_dim,
+                    backward=mode == "fwd+bwd",
+                )
+                print(f"  auto {heads.label} {mode} -> {choice.backend}: {choice.reason}")
+
+
+def _write_json(path: str, rows: list[Row], plan: Plan, env: dict, *, complete: bool) -> None:
+    """Write the report; `complete` is False while the run is still going (speedups are then missing)."""
+    report = {
+        "complete": complete,
+        "environment": env,
+        "settings": settings(plan),
+        "rows": [dataclasses.asdict(row) for row in rows],
+        "auto": auto_summary(rows) if complete else [],
+    }
+    Path(path).write_text(json.dumps(report, indent=2) + "\n")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run `bench gdn`; 0 when every row ran, 1 when a row failed, 2 for bad input or unavailable variants."""
+    try:
+        plan = build_plan(args)
+        _check_output_paths(args)
+    except BenchInputError as error:
+        print(f"bench gdn: {error}", file=sys.stderr)
+        return 2
+    problems = find_problems(plan)
+    if problems and not args.skip_unavailable:
+        print("bench gdn: these variants cannot run on this machine:", file=sys.stderr)
+        for (variant, mode), reason in problems.items():
+            print(f"  {variant} ({mode}): {reason}", file=sys.stderr)
+        print("pass --skip-unavailable to benchmark the others, or choose --variants", file=sys.stderr)
+        return 2
+    if len(problems) == len(plan.variants) * len(plan.modes):
+        print("bench gdn: no variant can run on this machine:", file=sys.stderr)
+        for (variant, mode), reason in problems.items():
+            print(f"  {variant} ({mode}): {reason}", file=sys.stderr)
+        return 2
+    if args.plot:
+        from slime_flashqla.bench.plot import matplotlib_missing
+
+        missing = matplotlib_missing()
+        if missing:
+            print(f"bench gdn: {missing}; no PNG will be written", file=sys.stderr)
+    _print_plan(plan, problems)
+    if plan.device.type == "cuda" and plan.iters < 20:
+        print(f"bench gdn: note: --iters {plan.iters} < 20 timed calls per row; the medians will be noisy")
+    if args.dry_run:
+        return 0
+    import torch
+
+    if plan.device.type == "cuda":
+        torch.cuda.set_device(plan.device)
+    console = _rich_console(args.plain)
+    env = environment(plan)
+    runnable = plan.num_rows - len(problems) * len(plan.levels) * len(plan.shapes) * len(plan.heads)
+    done: list[Row] = []
+    with _progress(runnable, console) as progress:
+
+        def on_row(row: Row) -> None:
+            progress(row)
+            if args.json:  # rows so far survive a run that is killed (a time limit) before the end
+                done.append(row)
+                _write_json(args.json, done, plan, env, complete=False)
+
+        rows = run_plan(plan, problems, on_row)
+    add_speedups(rows)
+    summary = auto_summary(rows)
+    where = env["gpu"] or f"CPU ({env['cpu']})"
+    print_table(console, f"bench gdn on {where}: median of {plan.iters} calls", TABLE_HEADERS, table_cells(rows))
+    if summary:
+        hits = sum(item["within_target"] for item in summary)
+        title = f"auto vs the fastest other variant (target: within 3%): {hits}/{len(summary)} groups"
+        print_table(console, title, AUTO_HEADERS, auto_cells(summary))
+    if skipped_cells(rows):
+        print_table(console, "skipped variants", ("variant", "mode", "reason"), skipped_cells(rows))
+    if args.json:
+        _write_json(args.json, rows, plan, env, complete=True)
+        print(f"wrote {args.json}")
+    if args.markdown:
+        Path(args.markdown).write_text(markdown_report(rows, summary, env, plan))
+        print(f"wrote {args.markdown}")
+    if args.plot:
+        from slime_flashqla.bench.plot import plot_rows
+
+        problem = plot_rows([dataclasses.asdict(row) for row in rows], args.plot, args.plot_metric, title=where)
+        print(f"bench gdn: {problem}; no PNG written" if problem else f"wrote {args.plot}")
+    failed = [row for row in rows if row.status == "error"]
+    if failed:
+        print(f"bench gdn: {len(failed)} row(s) failed; see the ERROR notes", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The standalone parser of `python -m slime_flashqla.bench.gdn`."""
+    return add_arguments(argparse.ArgumentParser(prog="python -m slime_flashqla.bench.gdn"))
+
+
+run = main  # the name `slime-flashqla bench` calls
+
+if __name__ == "__main__":
+    sys.exit(main(build_parser().parse_args()))

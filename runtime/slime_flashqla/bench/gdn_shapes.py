@@ -1,0 +1,135 @@
+"""The shape and head-config notation of `bench gdn`: `1x32768`, `8192x4`, `28672+4096`, `16/32`.
+
+A shape is a list of sequence lengths packed into one batch with cu_seqlens.  It is
+written as terms joined by `+`; a term is `N` (one sequence of N tokens) or `AxB`
+(B sequences of A tokens, FlashQLA's `8192x4`).  FlashQLA's benchmark also labels one
+sequence as `1x32768`, so a leading 1 (`1xN`) means one sequence of N tokens: a batch
+of N one-token sequences is never what a GDN benchmark wants.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# FlashQLA's own H200 benchmark set, plus an uneven short pack and a 32k two-sequence pack.
+ALL_SHAPES = (
+    "1x32768",
+    "1x8192",
+    "28672+4096",
+    "16384+16384",
+    "8192x4",
+    "4096x8",
+    "1024x8",
+    "1000+3096",
+    "8192+24576",
+)
+DEFAULT_SHAPES = ("1000+3096", "8192+24576", "1x32768", "8192x4", "1024x8")
+# Qwen3-Next's GDN heads (16 key / 32 value heads) at TP 1, 2, 4, 8.
+DEFAULT_HEADS = ("16/32", "8/16", "4/8", "2/4")
+# Qwen3.5 / Qwen3-Next family GDN heads at every tensor-parallel size FlashQLA benchmarks.
+TP_HEADS = ("16/64", "16/48", "16/32", "8/32", "8/16", "4/16", "4/8", "2/8", "2/4")
+
+_TERM = re.compile(r"^(\d+)(?:x(\d+))?$")
+
+
+class ShapeError(ValueError):
+    """A shape or head-config string that does not parse; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class ShapeSpec:
+    """Sequence lengths packed into one varlen batch, with the label they were written as."""
+
+    label: str
+    lengths: tuple[int, ...]
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.lengths)
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.lengths)
+
+    def cu_seqlens(self) -> list[int]:
+        """The cumulative offsets [0, l0, l0+l1, ..., T]."""
+        offsets = [0]
+        for length in self.lengths:
+            offsets.append(offsets[-1] + length)
+        return offsets
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """Key heads and value heads of one GDN layer shard (Hk divides Hv)."""
+
+    key_heads: int
+    value_heads: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.key_heads}/{self.value_heads}"
+
+    @property
+    def group(self) -> int:
+        return self.value_heads // self.key_heads
+
+
+def _term_lengths(term: str, text: str) -> list[int]:
+    match = _TERM.match(term)
+    if match is None:
+        raise ShapeError(f"bad shape {text!r}: {term!r} is not N or AxB (e.g. 1x32768, 8192x4, 28672+4096, 1000+3096)")
+    first, count = int(match.group(1)), match.group(2)
+    if count is None:
+        lengths = [first]
+    elif first == 1:
+        lengths = [int(count)]  # FlashQLA's 1xN: one sequence of N tokens
+    else:
+        lengths = [first] * int(count)
+    if not lengths or min(lengths) <= 0:
+        raise ShapeError(f"bad shape {text!r}: {term!r} has an empty sequence or a zero count")
+    return lengths
+
+
+def parse_shape(text: str) -> ShapeSpec:
+    """Parse one shape (`1x32768`, `8192x4`, `28672+4096`) into its sequence lengths."""
+    label = text.strip().replace(" ", "")
+    if not label:
+        raise ShapeError("empty shape: give sequence lengths such as 1x32768 or 28672+4096")
+    lengths: list[int] = []
+    for term in label.split("+"):
+        lengths += _term_lengths(term, text)
+    return ShapeSpec(label, tuple(lengths))
+
+
+def parse_shapes(text: str) -> list[ShapeSpec]:
+    """Parse a comma list of shapes; duplicates are dropped, order kept."""
+    shapes = [parse_shape(item) for item in text.split(",") if item.strip()]
+    if not shapes:
+        raise ShapeError(f"no shapes in {text!r}: give a comma list such as 1x32768,8192x4")
+    return list(dict.fromkeys(shapes))
+
+
+def parse_head_config(text: str) -> HeadConfig:
+    """Parse `Hk/Hv` (key heads / value heads), checking Hk divides Hv."""
+    match = re.match(r"^(\d+)/(\d+)$", text.strip())
+    if match is None:
+        raise ShapeError(f"bad head config {text!r}: write key heads / value heads, e.g. 16/32")
+    key_heads, value_heads = int(match.group(1)), int(match.group(2))
+    if key_heads <= 0 or value_heads <= 0:
+        raise ShapeError(f"bad head config {text!r}: head counts must be positive")
+    if value_heads % key_heads:
+        raise ShapeError(
+            f"bad head config {text!r}: the value heads ({value_heads}) must be a multiple of the key heads "
+            f"({key_heads})"
+        )
+    return HeadConfig(key_heads, value_heads)
+
+
+def parse_heads(text: str) -> list[HeadConfig]:
+    """Parse a comma list of `Hk/Hv` head configs; duplicates are dropped, order kept."""
+    heads = [parse_head_config(item) for item in text.split(",") if item.strip()]
+    if not heads:
+        raise ShapeError(f"no head configs in {text!r}: give a comma list such as 16/32,8/16")
+    return list(dict.fromkeys(heads))

@@ -1,0 +1,114 @@
+"""`slime-flashqla warmup`: compile GDN kernels for given head configurations into the kernel cache."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def register(subparsers) -> None:
+    """Add the `warmup` subcommand."""
+    parser = subparsers.add_parser(
+        "warmup",
+        help="compile FlashQLA/FLA kernels for head configurations into a persistent cache (one compile per node)",
+    )
+    parser.add_argument("--model", action="append", default=[], help="model name or path to its config.json")
+    parser.add_argument("--tp", default="1", help="comma list of tensor-parallel sizes for --model (default 1)")
+    parser.add_argument("--heads", default="", help="comma list of Hk/Hv per rank, e.g. 16/32,8/16")
+    parser.add_argument(
+        "--backends", default="flashqla", help="comma list of backends to warm: flashqla, fla, torch (default flashqla)"
+    )
+    parser.add_argument(
+        "--lengths",
+        default="1000+3096,8192+24576",
+        help="packed batches run per configuration, '+'-joined sequence lengths (default 1000+3096,8192+24576: "
+        "a long one too, since FlashQLA compiles separate kernels for long sequences)",
+    )
+    parser.add_argument("--dense", action="store_true", help="also warm the non-varlen (B > 1) kernels")
+    parser.add_argument("--cache-dir", default=None, help="TileLang cache directory (default: $TILELANG_CACHE_DIR)")
+    parser.add_argument("--jobs", type=int, default=1, help="configurations compiled in parallel (processes)")
+    parser.add_argument("--force", action="store_true", help="run every configuration even if marked done")
+    parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # tests run the machinery on CPU
+    parser.add_argument("--json", default=None, help="write the results to this JSON file")
+    parser.set_defaults(func=run)
+
+
+def build_tasks(args):
+    """The warm-up tasks the arguments describe (validated before anything runs)."""
+    from slime_flashqla.models import model_heads, parse_heads, split_for_tp
+    from slime_flashqla.warmup import WARMUP_BACKENDS, WarmupTask
+
+    heads = [parse_heads(item) for item in args.heads.split(",") if item.strip()]
+    tps = [int(item) for item in args.tp.split(",") if item.strip()]
+    for model in args.model:
+        full = model_heads(model)
+        heads += [split_for_tp(full, tp) for tp in tps]
+    if not heads:
+        raise ValueError("nothing to warm: give --model and/or --heads")
+    backends = [item.strip() for item in args.backends.split(",") if item.strip()]
+    unknown = [b for b in backends if b not in WARMUP_BACKENDS]
+    if unknown:
+        raise ValueError(f"unknown backend(s) {', '.join(unknown)}; choose from {', '.join(WARMUP_BACKENDS)}")
+    layouts = (True, False) if args.dense else (True,)
+    return [WarmupTask(backend, h, varlen) for backend in backends for h in sorted(set(heads)) for varlen in layouts]
+
+
+def parse_lengths(text: str) -> tuple[tuple[int, ...], ...]:
+    """Parse `1000+3096,8192+24576` into packed batches of sequence lengths."""
+    try:
+        batches = tuple(tuple(int(n) for n in item.split("+")) for item in text.split(",") if item.strip())
+    except ValueError:
+        raise ValueError(f"--lengths {text!r}: expected e.g. 1000+3096,8192+24576") from None
+    if not batches or any(n <= 0 for batch in batches for n in batch):
+        raise ValueError(f"--lengths {text!r}: every sequence length must be a positive integer")
+    return batches
+
+
+def _check_backends(tasks, device: str) -> None:
+    from slime_flashqla.gdn import get_chunk_gated_delta_rule
+
+    for backend in sorted({task.backend for task in tasks}):
+        if device == "cuda" or backend == "torch":
+            get_chunk_gated_delta_rule(backend)  # raises with the reason before any process starts
+
+
+def run(args) -> int:
+    """Warm the kernels, show progress, print a summary; non-zero if any configuration failed."""
+    from slime_flashqla.warmup import set_cache_dir
+
+    try:
+        tasks = build_tasks(args)
+        parse_lengths(args.lengths)
+        cache_dir = set_cache_dir(args.cache_dir)
+        _check_backends(tasks, args.device)
+    except (ValueError, ImportError, RuntimeError) as error:
+        print(f"slime-flashqla warmup: {error}")
+        return 2
+    print(f"warming {len(tasks)} configuration(s) into {cache_dir} with {args.jobs} job(s)")
+    start = time.perf_counter()
+    results = _run_with_progress(tasks, cache_dir, args)
+    total = time.perf_counter() - start
+    failed = [r for r in results if r["status"].startswith("failed")]
+    from slime_flashqla.cli.render import print_table
+
+    rows = [(r["key"], f"{r['status']} in {r['seconds']:.1f} s (waited {r['waited_seconds']:.1f} s)") for r in results]
+    rows.append(("total wall time", f"{total:.1f} s"))
+    print_table("slime-flashqla warmup", rows, headers=("configuration", "result"))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"cache_dir": str(cache_dir), "wall_seconds": total, "results": results}, handle, indent=2)
+    return 1 if failed else 0
+
+
+def _run_with_progress(tasks, cache_dir, args):
+    from slime_flashqla.warmup import warm_up_all
+
+    kwargs = dict(jobs=args.jobs, force=args.force, device=args.device, lengths=parse_lengths(args.lengths))
+    try:
+        from rich.progress import Progress
+    except ImportError:
+        return warm_up_all(tasks, cache_dir, progress=lambda r: print(f"  {r['key']}: {r['status']}"), **kwargs)
+    with Progress() as progress:
+        bar = progress.add_task("compiling", total=len(tasks))
+        return warm_up_all(tasks, cache_dir, progress=lambda r: progress.advance(bar), **kwargs)

@@ -1,0 +1,326 @@
+"""Installing and removing the wrappers, the per-call policy decision, and the counters."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+
+from slime_flashqla.comm_guard import memory, ops
+from slime_flashqla.comm_guard import policy as _policy
+
+# Integer policy codes: the per-call comparison is cheaper than comparing strings.
+_CODES = {_policy.OFF: 0, _policy.ALWAYS: 1, _policy.WHITELIST: 2, _policy.FIRST_USE: 3}
+
+
+class _State:
+    """Process-wide configuration the wrappers read on every call."""
+
+    __slots__ = ("code", "policy", "probe", "threshold_bytes")
+
+    def __init__(self) -> None:
+        self.code: int | None = None  # None: not installed, wrappers pass straight through
+        self.policy: str | None = None
+        self.probe: Callable[[], int | None] = memory.probe
+        self.threshold_bytes = 0
+
+
+_STATE = _State()
+_LOCK = threading.Lock()
+_COUNTS: dict[str, list[int]] = {}  # op name -> [checked, skipped, cleared]
+_SEEN: dict[str, set] = {}  # op name -> `first-use` keys (group id[, peer]) probed since the last re-arm
+_PATCHES: list[tuple[object, str, object, object]] = []  # (owner, name, original, wrapper)
+_PROBE_FAILED = [False]
+_ORIGINAL_ATTR = "__slime_flashqla_original__"
+
+
+def _counts(op_name: str) -> list[int]:
+    """Return the mutable counter list of one op, creating it at zero."""
+    return _COUNTS.setdefault(op_name, [0, 0, 0])
+
+
+def _check(counts: list[int]) -> None:
+    """Consult the probe and free cached memory below the threshold; never raise."""
+    counts[0] += 1
+    try:
+        free = _STATE.probe()
+        if free is not None and free < _STATE.threshold_bytes:
+            memory.free_cached_memory()
+            counts[2] += 1
+    except Exception as exc:  # the guard is advisory: a failing probe must not break the collective
+        if not _PROBE_FAILED[0]:
+            _PROBE_FAILED[0] = True
+            warnings.warn(
+                f"slime_flashqla.comm_guard: memory probe failed ({type(exc).__name__}: {exc}); "
+                "collectives continue unchecked where it fails",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+
+def _annotate(exc: BaseException, op_name: str) -> None:
+    """Attach the memory-state note to an exception; never raise from here."""
+    try:
+        note = memory.memory_note(op_name, _STATE.policy, _STATE.threshold_bytes)
+    except Exception as err:
+        note = f"slime_flashqla.comm_guard: torch.distributed {op_name} raised; memory unknown ({err!r})"
+    exc.add_note(note)
+
+
+def _param_index(func: Callable, names: tuple[str, ...]) -> tuple[int, str] | None:
+    """Return (position, name) of the first parameter of func named in names, or None."""
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    for name in names:
+        for i, p in enumerate(params):
+            if p.name == name:
+                return (i if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) else 1 << 30), name
+    return None
+
+
+def _module_key(func: Callable, op_name: str) -> tuple[int, str] | Callable[[tuple, dict], object]:
+    """How `first-use` keys an op's calls: (group position, group name) or a key function."""
+    if op_name == "batch_isend_irecv":
+
+        def batch_key(args: tuple, kwargs: dict) -> object:
+            p2p_ops = args[0] if args else kwargs.get("p2p_op_list", ())
+            return tuple((id(op.group), op.peer) for op in p2p_ops)
+
+        return batch_key
+    gi, gname = _param_index(func, ("group",)) or (1 << 30, "group")
+    peer = _param_index(func, ops.PEER_PARAMS) if op_name in ops.P2P_OPS else None
+    if peer is None:
+        return gi, gname
+    pi, pname = peer
+
+    def p2p_key(args: tuple, kwargs: dict) -> object:
+        group = args[gi] if len(args) > gi else kwargs.get(gname)
+        # torch accepts the peer under its global or group-rank name: key on whichever was given
+        peer_val = args[pi] if len(args) > pi else kwargs.get(pname, kwargs.get("group_" + pname))
+        return (id(group), peer_val)
+
+    return p2p_key
+
+
+def _method_key(op_name: str) -> tuple[int, str] | Callable[[tuple, dict], object]:
+    """How `first-use` keys calls of a ProcessGroup method: by self, and the peer for send/recv."""
+    if op_name in ("send", "recv"):  # (self, tensors, peer, tag)
+        return lambda args, kwargs: (id(args[0]), args[2] if len(args) > 2 else None)
+    return 0, "self"
+
+
+def _guarded(original: Callable, op_name: str, key, call: Callable, is_method: bool) -> Callable:
+    """Wrap one torch.distributed callable so each call runs the policy's check first."""
+    counts = _counts(op_name)
+    skippable = op_name in ops.SKIP_OPS
+    state = _STATE
+    seen = _SEEN.setdefault(op_name, set())  # keys of this op probed since the last re-arm
+    # The common case, a key that is just the group argument, is computed inline:
+    # a key-function call would double the steady-state cost of `first-use`.
+    key_fn, gi, gname = (key, -1, "") if callable(key) else (None, *key)
+    getframe, c10d_globals = sys._getframe, sys.modules["torch.distributed.distributed_c10d"].__dict__
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        code = state.code
+        # A ProcessGroup method called from distributed_c10d's own code runs inside a
+        # torch.distributed function whose module-level wrapper already decided; checking
+        # the caller's frame is cheaper than a thread-local depth counter on every call.
+        if code is None or (is_method and getframe(1).f_globals is c10d_globals):
+            return call(*args, **kwargs)
+        if code == 0 or (code == 2 and skippable):
+            counts[1] += 1
+        elif code == 3:
+            k = id(args[gi] if len(args) > gi else kwargs.get(gname)) if key_fn is None else key_fn(args, kwargs)
+            if k in seen:
+                counts[1] += 1
+            else:
+                seen.add(k)
+                _check(counts)
+        else:
+            _check(counts)
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:
+            _annotate(exc, op_name)
+            raise
+
+    setattr(wrapper, _ORIGINAL_ATTR, original)
+    return wrapper
+
+
+def _lifecycle(original: Callable) -> Callable:
+    """Wrap a group-creating or -destroying call so `first-use` probes every op again afterwards."""
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _rearm()
+
+    setattr(wrapper, _ORIGINAL_ATTR, original)
+    return wrapper
+
+
+def _p2pop_unwrapping(original: Callable) -> Callable:
+    """Wrap P2POp.__new__/__init__ so a guarded isend/irecv is stored as torch's own function."""
+    # torch checks `op in [isend, irecv]` and `op.op is isend` against its own functions;
+    # batch_isend_irecv is guarded as a whole, so its ops must not be guarded twice.
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        if len(args) > 1:
+            args = (args[0], getattr(args[1], _ORIGINAL_ATTR, args[1]), *args[2:])
+        elif "op" in kwargs:
+            kwargs["op"] = getattr(kwargs["op"], _ORIGINAL_ATTR, kwargs["op"])
+        return original(*args, **kwargs)
+
+    setattr(wrapper, _ORIGINAL_ATTR, original)
+    return wrapper
+
+
+def _patch_all() -> None:
+    """Replace torch.distributed's functions and ProcessGroup's methods with guarded ones."""
+    import torch.distributed as dist
+
+    def patch(owner: object, name: str, wrapper: Callable, original: object) -> None:
+        setattr(owner, name, wrapper)
+        _PATCHES.append((owner, name, original, wrapper))
+
+    for name in ops.MODULE_OPS:
+        func = getattr(dist, name, None)
+        if callable(func):
+            patch(dist, name, _guarded(func, name, _module_key(func, name), func, False), func)
+    for name in ops.LIFECYCLE_OPS:
+        func = getattr(dist, name, None)
+        if callable(func):
+            patch(dist, name, _lifecycle(func), func)
+    pg = dist.ProcessGroup
+    for name in ops.PG_METHODS:
+        raw = pg.__dict__.get(name)  # the class-dict object, restored as is by uninstall
+        if raw is None:
+            continue
+        func = getattr(pg, name)
+        patch(pg, name, _guarded(func, name, _method_key(name), func, True), raw)
+    for name in ("__new__", "__init__"):
+        raw = dist.P2POp.__dict__.get(name)
+        if raw is None:  # a torch without this override has nothing to unwrap there
+            continue
+        func = getattr(dist.P2POp, name)
+        wrapped = _p2pop_unwrapping(func)
+        patch(dist.P2POp, name, staticmethod(wrapped) if name == "__new__" else wrapped, raw)
+
+
+def _unpatch_all() -> list[str]:
+    """Restore every original object; return names someone else had re-patched meanwhile."""
+    foreign = []
+    while _PATCHES:
+        owner, name, original, wrapper = _PATCHES.pop()
+        current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+        if isinstance(current, staticmethod):
+            current = current.__func__
+        if isinstance(wrapper, staticmethod):
+            wrapper = wrapper.__func__
+        if current is wrapper:
+            setattr(owner, name, original)
+        else:
+            foreign.append(f"{getattr(owner, '__name__', owner)}.{name}")
+    return foreign
+
+
+def install(policy: str | None = None, threshold_gb: float = 3.0, probe: Callable | None = None) -> str:
+    """Wrap torch.distributed's collectives with the memory guard and return the active policy."""
+    resolved = _policy.resolve_policy(policy)
+    if (
+        isinstance(threshold_gb, bool)
+        or not isinstance(threshold_gb, int | float)
+        or not math.isfinite(threshold_gb)
+        or threshold_gb < 0
+    ):
+        raise ValueError(f"comm guard: threshold_gb must be a finite number >= 0 (GiB), got {threshold_gb!r}")
+    if probe is not None and not callable(probe):
+        raise TypeError(f"comm guard: probe must be a callable returning free bytes or None, got {probe!r}")
+    import torch.distributed
+
+    if not torch.distributed.is_available():
+        raise RuntimeError("comm guard: this torch build has no torch.distributed; there is nothing to guard")
+    with _LOCK:
+        if not _PATCHES:
+            _patch_all()
+        _STATE.policy = resolved
+        _STATE.probe = probe if probe is not None else memory.probe
+        _STATE.threshold_bytes = int(threshold_gb * memory.GIB)
+        _rearm()
+        _STATE.code = _CODES[resolved]
+    return resolved
+
+
+def uninstall() -> None:
+    """Put torch.distributed's original functions back; a no-op when not installed."""
+    with _LOCK:
+        _STATE.code = None  # wrappers someone still holds now pass straight through
+        _STATE.policy = None
+        foreign = _unpatch_all()
+        _rearm()
+    if foreign:
+        warnings.warn(
+            "slime_flashqla.comm_guard: left in place because something re-patched them after install "
+            f"(their guard is now inactive): {', '.join(foreign)}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def is_installed() -> bool:
+    """True while the guard's wrappers are in place."""
+    return bool(_PATCHES)
+
+
+def active_policy() -> str | None:
+    """The policy in force, or None when not installed."""
+    return _STATE.policy
+
+
+def rearm() -> None:
+    """Make `first-use` probe every op again on its next call (after offload or a manual group rebuild)."""
+    _rearm()
+
+
+def _rearm() -> None:
+    """Forget every `first-use` key (the per-op sets stay: the wrappers hold them)."""
+    for keys in _SEEN.values():
+        keys.clear()
+
+
+def stats() -> dict[str, dict[str, int]]:
+    """Return op name -> {"checked", "skipped", "cleared"} for every op called since the last reset."""
+    return {
+        name: {"checked": c[0], "skipped": c[1], "cleared": c[2]} for name, c in sorted(_COUNTS.items()) if c[0] or c[1]
+    }
+
+
+def reset_stats() -> None:
+    """Zero every counter (the wrappers keep their counter objects)."""
+    for c in _COUNTS.values():
+        c[:] = [0, 0, 0]
+
+
+def _after_fork_in_child() -> None:
+    """Start a forked child clean: originals back, counters at zero."""
+    _STATE.code = None
+    _STATE.policy = None
+    _unpatch_all()
+    _rearm()
+    reset_stats()
+    _PROBE_FAILED[0] = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,61 @@
+"""GDN head configurations of the Qwen models this project serves, split by tensor parallelism."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+# (linear_num_key_heads, linear_num_value_heads), K = V = 128, from the models' config.json files.
+MODEL_HEADS = {
+    "qwen3-next-80b-a3b": (16, 32),
+    "qwen3.5-397b-a17b": (16, 64),
+}
+# Hk/Hv per rank from TP1 to TP8 for the 16/64, 16/48 and 16/32 families.
+TP_HEAD_CONFIGS = ((16, 64), (16, 48), (16, 32), (8, 32), (8, 16), (4, 16), (4, 8), (2, 8), (2, 4))
+
+
+@dataclass(frozen=True, order=True)
+class HeadConfig:
+    """Key and value head counts of one GDN layer on one rank."""
+
+    key_heads: int
+    value_heads: int
+
+    def __str__(self) -> str:
+        return f"{self.key_heads}/{self.value_heads}"
+
+
+def parse_heads(text: str) -> HeadConfig:
+    """Parse `Hk/Hv` (for example `16/32`)."""
+    try:
+        hk, hv = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"head configuration {text!r} is not of the form Hk/Hv, e.g. 16/32") from None
+    if hk <= 0 or hv <= 0 or hv % hk:
+        raise ValueError(f"head configuration {text!r}: Hv must be a positive multiple of Hk")
+    return HeadConfig(hk, hv)
+
+
+def split_for_tp(heads: HeadConfig, tp: int) -> HeadConfig:
+    """The per-rank heads under tensor parallelism `tp` (heads are split evenly across ranks)."""
+    if tp <= 0 or heads.key_heads % tp or heads.value_heads % tp:
+        raise ValueError(f"TP={tp} does not divide the head counts {heads}")
+    return HeadConfig(heads.key_heads // tp, heads.value_heads // tp)
+
+
+def model_heads(name_or_config: str) -> HeadConfig:
+    """Heads of a named model or of a Hugging Face config.json path."""
+    if name_or_config in MODEL_HEADS:
+        return HeadConfig(*MODEL_HEADS[name_or_config])
+    path = Path(name_or_config)
+    if path.is_file():
+        config = json.loads(path.read_text())
+        config = config.get("text_config", config)
+        try:
+            return HeadConfig(int(config["linear_num_key_heads"]), int(config["linear_num_value_heads"]))
+        except KeyError as missing:
+            raise ValueError(f"{path} has no {missing} (not a Qwen GDN model config)") from None
+    raise ValueError(
+        f"unknown model {name_or_config!r}: use one of {', '.join(MODEL_HEADS)} or a path to the model's config.json"
+    )

@@ -1,0 +1,98 @@
+"""`slime-flashqla warmup`: argument checks, the done markers, and one compile shared by concurrent processes.
+
+The kernels here are the `torch` backend's (nothing to compile), so the locking, marker
+and parallel machinery is what runs for real; the FlashQLA compile itself is a GPU test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from slime_flashqla.models import HeadConfig, model_heads, parse_heads, split_for_tp
+
+
+def warmup(tmp_path, *args, check=True):
+    cmd = [sys.executable, "-m", "slime_flashqla", "warmup", "--device", "cpu", "--backends", "torch"]
+    cmd += ["--cache-dir", str(tmp_path / "cache"), "--lengths", "40+30", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=check)
+
+
+def test_heads_parsing_and_tp_split():
+    assert parse_heads("16/32") == HeadConfig(16, 32)
+    assert split_for_tp(model_heads("qwen3-next-80b-a3b"), 8) == HeadConfig(2, 4)
+    assert split_for_tp(model_heads("qwen3.5-397b-a17b"), 2) == HeadConfig(8, 32)
+    for bad in ("16", "16/30", "a/b", "0/4"):
+        with pytest.raises(ValueError, match=r"Hk/Hv|multiple"):
+            parse_heads(bad)
+    with pytest.raises(ValueError, match="does not divide"):
+        split_for_tp(HeadConfig(16, 48), 32)
+    with pytest.raises(ValueError, match="unknown model"):
+        model_heads("qwen9")
+
+
+def test_model_heads_from_a_config_json(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"text_config": {"linear_num_key_heads": 16, "linear_num_value_heads": 48}}))
+    assert model_heads(str(path)) == HeadConfig(16, 48)
+
+
+def test_bad_arguments_fail_before_any_work(tmp_path):
+    result = warmup(tmp_path, "--heads", "16/30", check=False)
+    assert result.returncode == 2
+    assert "multiple of Hk" in result.stdout
+    result = warmup(tmp_path, "--heads", "2/4", "--lengths", "40+-1", check=False)
+    assert result.returncode == 2
+    assert not (tmp_path / "cache" / "slime-flashqla-locks").exists()
+
+
+def test_second_run_finds_the_marker(tmp_path):
+    first = warmup(tmp_path, "--heads", "2/4", "--json", str(tmp_path / "a.json"))
+    assert "compiled" in first.stdout
+    warmup(tmp_path, "--heads", "2/4", "--json", str(tmp_path / "b.json"))
+    statuses = [r["status"] for r in json.loads((tmp_path / "b.json").read_text())["results"]]
+    assert statuses == ["cached"]
+    forced = warmup(tmp_path, "--heads", "2/4", "--force", "--json", str(tmp_path / "c.json"))
+    assert [r["status"] for r in json.loads((tmp_path / "c.json").read_text())["results"]] == ["compiled"]
+    assert forced.returncode == 0
+
+
+def test_concurrent_processes_compile_once(tmp_path):
+    """Two ranks starting at once: one compiles under the lock, the other waits and finds it done."""
+    procs = [
+        subprocess.Popen(
+            [
+                *(sys.executable, "-m", "slime_flashqla", "warmup", "--device", "cpu", "--backends", "torch"),
+                *("--cache-dir", str(tmp_path / "cache"), "--lengths", "300+300", "--heads", "2/4"),
+                *("--json", str(tmp_path / f"rank{rank}.json")),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        for rank in range(2)
+    ]
+    for proc in procs:
+        proc.communicate(timeout=300)
+        assert proc.returncode == 0
+    results = [json.loads((tmp_path / f"rank{rank}.json").read_text())["results"][0] for rank in range(2)]
+    assert sorted(r["status"] for r in results) == ["cached", "compiled"]
+    marker = json.loads(
+        (tmp_path / "cache" / "slime-flashqla-locks" / "torch-hk2-hv4-varlen-bfloat16.done.json").read_text()
+    )
+    compiled = next(r for r in results if r["status"] == "compiled")
+    assert marker["seconds"] == compiled["seconds"]
+
+
+def test_parallel_jobs_cover_every_configuration(tmp_path):
+    warmup(tmp_path, "--heads", "2/4,1/2,1/4", "--jobs", "2", "--json", str(tmp_path / "r.json"))
+    keys = sorted(r["key"] for r in json.loads((tmp_path / "r.json").read_text())["results"])
+    assert keys == [
+        "torch-hk1-hv2-varlen-bfloat16",
+        "torch-hk1-hv4-varlen-bfloat16",
+        "torch-hk2-hv4-varlen-bfloat16",
+    ]
