@@ -222,14 +222,14 @@ def comparable(value):
 
 
 def run_op(fn):
-    """Run one op; return ("ok", output) or ("raised", exception type, whether the guard noted it)."""
+    """Run one op; return ("ok", output) or ("raised", exception type, whether the guard noted it, message)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # deprecated ops still work and are still wrapped
             return ("ok", comparable(fn()))
     except Exception as exc:
         noted = any("slime_flashqla.comm_guard" in n for n in getattr(exc, "__notes__", ()))
-        return ("raised", type(exc).__name__, noted)
+        return ("raised", type(exc).__name__, noted, str(exc).splitlines()[0] if str(exc) else "")
 
 
 def pg_method_calls(rank: int, world: int) -> dict:

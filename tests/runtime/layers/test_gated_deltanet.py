@@ -108,7 +108,7 @@ def test_qwen3_next_and_qwen3_5_agree_given_the_same_weights():
         (Qwen3_5GatedDeltaNet, "qwen3_5", "Qwen3_5GatedDeltaNet", "Qwen3_5TextConfig"),
     ],
 )
-def test_matches_hugging_face_layer(cls, hf_module, hf_class, hf_config):
+def test_matches_hugging_face_layer(cls, hf_module, hf_class, hf_config, monkeypatch):
     """Load a Hugging Face layer's state dict as is and get its output (an independent implementation)."""
     transformers = pytest.importorskip("transformers")
     import importlib
@@ -125,6 +125,10 @@ def test_matches_hugging_face_layer(cls, hf_module, hf_class, hf_config):
         rms_norm_eps=1e-6,
     )
     modeling = importlib.import_module(f"transformers.models.{hf_module}.modeling_{hf_module}")
+    # With FLA importable, transformers binds FLA's Triton kernel even for CPU tensors; the
+    # reference we want is Hugging Face's own PyTorch implementation.
+    kernel = modeling.torch_chunk_gated_delta_rule
+    monkeypatch.setattr(modeling, "torch_chunk_gated_delta_rule", getattr(kernel, "__wrapped__", kernel))
     torch.manual_seed(0)
     hf_layer = getattr(modeling, hf_class)(hf_cfg, layer_idx=0).float()
     with torch.no_grad():
