@@ -17,10 +17,9 @@ import time
 CHILD = """
 import sys, torch
 from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint
+from slime_flashqla.models import gdn_layer_config
 backend, hk, hv, lengths = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), [int(n) for n in sys.argv[4].split('+')]
-cfg = dict(hidden_size=2048, linear_num_value_heads=hv, linear_num_key_heads=hk, linear_key_head_dim=128,
-           linear_value_head_dim=128, linear_conv_kernel_dim=4, hidden_act='silu', rms_norm_eps=1e-6)
-layer = Qwen3NextGatedDeltaNet(cfg, backend=backend).to('cuda', torch.bfloat16)
+layer = Qwen3NextGatedDeltaNet(gdn_layer_config(hk, hv), backend=backend).to('cuda', torch.bfloat16)
 init_like_checkpoint(layer)
 offsets = [0]
 for n in lengths:

@@ -26,6 +26,22 @@ class HeadConfig:
         return f"{self.key_heads}/{self.value_heads}"
 
 
+def gdn_layer_config(
+    key_heads: int, value_heads: int, *, head_dim: int = 128, hidden_size: int = 2048, conv_kernel: int = 4
+) -> dict:
+    """A Hugging Face style GDN layer config (Qwen3-Next's hidden size, short conv and norm by default)."""
+    return {
+        "hidden_size": hidden_size,
+        "linear_num_value_heads": value_heads,
+        "linear_num_key_heads": key_heads,
+        "linear_key_head_dim": head_dim,
+        "linear_value_head_dim": head_dim,
+        "linear_conv_kernel_dim": conv_kernel,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+    }
+
+
 def parse_heads(text: str) -> HeadConfig:
     """Parse `Hk/Hv` (for example `16/32`)."""
     try:

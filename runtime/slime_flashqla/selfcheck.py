@@ -44,27 +44,11 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def _layer_config(cuda: bool) -> dict:
+    from slime_flashqla.models import gdn_layer_config
+
     if cuda:  # Qwen3-Next-80B GDN sizes at TP1
-        return dict(
-            hidden_size=2048,
-            linear_num_value_heads=32,
-            linear_num_key_heads=16,
-            linear_key_head_dim=128,
-            linear_value_head_dim=128,
-            linear_conv_kernel_dim=4,
-            hidden_act="silu",
-            rms_norm_eps=1e-6,
-        )
-    return dict(
-        hidden_size=256,
-        linear_num_value_heads=4,
-        linear_num_key_heads=2,
-        linear_key_head_dim=64,
-        linear_value_head_dim=64,
-        linear_conv_kernel_dim=4,
-        hidden_act="silu",
-        rms_norm_eps=1e-6,
-    )
+        return gdn_layer_config(16, 32)
+    return gdn_layer_config(2, 4, head_dim=64, hidden_size=256)
 
 
 def _kernel_parity(backend: str, device: torch.device) -> dict[str, float]:

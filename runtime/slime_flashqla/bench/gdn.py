@@ -384,17 +384,10 @@ def _build_layer(variant: Variant, heads: HeadConfig, plan: Plan):
     import torch
 
     from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint
+    from slime_flashqla.models import gdn_layer_config
 
-    config = {
-        "hidden_size": plan.hidden_size,
-        "linear_num_value_heads": heads.value_heads,
-        "linear_num_key_heads": heads.key_heads,
-        "linear_key_head_dim": plan.head_dim,
-        "linear_value_head_dim": plan.head_dim,
-        "linear_conv_kernel_dim": CONV_KERNEL,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-6,
-    }
+    size = {"head_dim": plan.head_dim, "hidden_size": plan.hidden_size, "conv_kernel": CONV_KERNEL}
+    config = gdn_layer_config(heads.key_heads, heads.value_heads, **size)
     # The same seed for every variant: identical weights, and the caller's RNG is left alone.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(plan.seed)

@@ -11,17 +11,9 @@ from slime_flashqla.args import add_gdn_backend_argument
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
 from slime_flashqla.gdn.packages import is_installed
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
+from slime_flashqla.models import gdn_layer_config
 
-CONFIG = dict(
-    hidden_size=64,
-    linear_num_value_heads=4,
-    linear_num_key_heads=2,
-    linear_key_head_dim=16,
-    linear_value_head_dim=8,
-    linear_conv_kernel_dim=4,
-    hidden_act="silu",
-    rms_norm_eps=1e-6,
-)
+CONFIG = {**gdn_layer_config(2, 4, head_dim=16, hidden_size=64), "linear_value_head_dim": 8}
 LAYERS = [Qwen3NextGatedDeltaNet, Qwen3_5GatedDeltaNet]
 
 

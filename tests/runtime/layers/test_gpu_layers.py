@@ -7,21 +7,13 @@ import torch
 
 from slime_flashqla.gdn.packages import is_installed
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
+from slime_flashqla.models import gdn_layer_config
 
 pytestmark = pytest.mark.gpu
 # bf16 weights and activations through projections, conv, kernel and norm: ~1e-2 relative
 # error against a float32 run of the same layer; a wrong head layout or leaked token errs by O(1).
 TOLERANCE = 3e-2
-CONFIG = dict(
-    hidden_size=2048,
-    linear_num_value_heads=32,
-    linear_num_key_heads=16,
-    linear_key_head_dim=128,
-    linear_value_head_dim=128,
-    linear_conv_kernel_dim=4,
-    hidden_act="silu",
-    rms_norm_eps=1e-6,
-)
+CONFIG = gdn_layer_config(16, 32)
 BACKENDS = [
     pytest.param("fla", marks=pytest.mark.skipif(not is_installed("fla"), reason="FLA not installed")),
     pytest.param("flashqla", marks=pytest.mark.skipif(not is_installed("flash_qla"), reason="flash-qla not installed")),
