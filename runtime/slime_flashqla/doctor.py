@@ -106,16 +106,9 @@ def collect_report() -> dict:
     from slime_flashqla.kernel_cache import tilelang_cache_dir
 
     cuda = torch.cuda.is_available()
-    training = flashqla_runtime_status(None, backward=True)
-    inference = flashqla_runtime_status(None, backward=False)
-    flashqla_ok = training.ok and is_installed("flash_qla")
-    flashqla_reason = (
-        training.reason
-        if not training.ok
-        else (
-            "flash-qla is not installed (pip install flash-qla)" if not is_installed("flash_qla") else training.reason
-        )
-    )
+    flashqla = KERNEL_BACKENDS["flashqla"]
+    flashqla_ok, flashqla_reason = flashqla.available(None, backward=True)
+    inference_ok, _ = flashqla.available(None, backward=False)
     backends = {}
     for name, backend in KERNEL_BACKENDS.items():
         ok, reason = backend.available(None)
@@ -136,8 +129,8 @@ def collect_report() -> dict:
         "flashqla": {
             "ok": flashqla_ok,
             "reason": flashqla_reason,
-            "forward_only": training.forward_only,
-            "inference_ok": inference.ok and is_installed("flash_qla"),
+            "forward_only": flashqla_runtime_status(None, backward=True).forward_only,
+            "inference_ok": inference_ok,
         },
         "fla_kernel": (
             "FLA's own kernels (slime-flashqla calls FLA past its FlashQLA forwarding)"

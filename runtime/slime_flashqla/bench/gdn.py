@@ -118,7 +118,7 @@ class Row:
     speedup_vs_fla_repeat: float | None = None
     speedup_vs_fastest: float | None = None
     auto_backend: str | None = None
-    auto_repeat_qk: bool | None = None  # auto expanded q/k to Hv heads itself (newer `auto`, short batches)
+    auto_repeat_qk: bool | None = None  # auto expanded q/k to Hv heads itself (the current `auto` never does)
     note: str = ""
 
     @property
