@@ -10,34 +10,84 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
 
 CHILD = """
-import sys, torch
+import json, logging, sys, time
+t0 = time.perf_counter()
+phases = {}
+compiled = []
+
+
+class CompileLog(logging.Handler):
+    # TileLang logs 'TileLang begins to compile kernel `name`' only when it really compiles
+    # (not when it loads a kernel from its disk cache).
+    def emit(self, record):
+        message = record.getMessage()
+        if 'begins to compile kernel' in message:
+            compiled.append(message.split('`')[1] if '`' in message else message)
+
+
+def mark(name):
+    global t0
+    now = time.perf_counter()
+    phases[name] = round(now - t0, 3)
+    t0 = now
+
+
+# TileLang's module loggers ('tilelang.jit.kernel', ...) end at the 'tilelang' logger.
+logging.getLogger('tilelang').addHandler(CompileLog())
+logging.getLogger('tilelang').setLevel(logging.INFO)  # what TileLang sets itself on import
+import torch
+backend, hk, hv, lengths = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), [int(n) for n in sys.argv[4].split('+')]
 from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint
 from slime_flashqla.models import gdn_layer_config
-backend, hk, hv, lengths = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), [int(n) for n in sys.argv[4].split('+')]
+from slime_flashqla.gdn import get_chunk_gated_delta_rule
+get_chunk_gated_delta_rule(backend)  # resolves the backend: imports and validates its kernels' packages
+mark('import')
+torch.cuda.init()
 layer = Qwen3NextGatedDeltaNet(gdn_layer_config(hk, hv), backend=backend).to('cuda', torch.bfloat16)
 init_like_checkpoint(layer)
 offsets = [0]
 for n in lengths:
     offsets.append(offsets[-1] + n)
 x = torch.randn(1, offsets[-1], 2048, device='cuda', dtype=torch.bfloat16, requires_grad=True)
-y = layer(x, cu_seqlens=torch.tensor(offsets, dtype=torch.int32, device='cuda'))
+cu_seqlens = torch.tensor(offsets, dtype=torch.int32, device='cuda')
+torch.cuda.synchronize()
+mark('cuda init and layer')
+y = layer(x, cu_seqlens=cu_seqlens)
+torch.cuda.synchronize()
+mark('forward')
 y.float().square().mean().backward()
 torch.cuda.synchronize()
+mark('backward')
 assert torch.isfinite(x.grad).all()
+print('FIRST_STEP ' + json.dumps({'phases': phases, 'compiled_kernels': compiled}), flush=True)
 """
 
 
-def time_first_step(backend: str, heads: str, lengths: str) -> float:
-    """Seconds from starting a fresh Python process to its first layer forward+backward finishing."""
+def time_first_step(backend: str, heads: str, lengths: str) -> dict:
+    """Seconds from starting a fresh Python process to its first layer forward+backward finishing, with phases."""
     hk, hv = heads.split("/")
+    # TileLang logs each real compile when this is on (its default); loads from cache stay silent.
+    env = {**os.environ, "TILELANG_PRINT_ON_COMPILATION": "1"}
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", CHILD, backend, hk, hv, lengths], check=True)
-    return time.perf_counter() - start
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, backend, hk, hv, lengths], check=True, env=env, stdout=subprocess.PIPE, text=True
+    )
+    seconds = time.perf_counter() - start
+    report = {}
+    for line in child.stdout.splitlines():
+        if line.startswith("FIRST_STEP "):
+            report = json.loads(line.removeprefix("FIRST_STEP "))
+        else:
+            print(line)
+    # What is left of the wall time: interpreter start-up and exit.
+    report["phases"]["interpreter start and exit"] = round(seconds - sum(report["phases"].values()), 3)
+    return {"seconds": seconds, **report}
 
 
 def main(argv=None) -> int:
@@ -47,8 +97,8 @@ def main(argv=None) -> int:
     parser.add_argument("--heads", default="16/32")
     parser.add_argument("--lengths", default="8192+24576")
     args = parser.parse_args(argv)
-    seconds = time_first_step(args.backend, args.heads, args.lengths)
-    print(json.dumps({"backend": args.backend, "heads": args.heads, "lengths": args.lengths, "seconds": seconds}))
+    result = time_first_step(args.backend, args.heads, args.lengths)
+    print(json.dumps({"backend": args.backend, "heads": args.heads, "lengths": args.lengths, **result}))
     return 0
 
 

@@ -89,30 +89,34 @@ def _done_marker(cache_dir: Path, key: str) -> Path:
 
 
 def run_kernels(task: WarmupTask, lengths=DEFAULT_LENGTHS, device: str = "cuda") -> None:
-    """One forward+backward per packed batch in `lengths`, which makes the backend compile its kernels."""
+    """One training step of a GDN layer per packed batch in `lengths`, which makes every kernel compile.
+
+    A whole Qwen3-Next GDN layer runs, not the bare kernel, because FlashQLA specialises
+    its kernels on the dtypes and flags of the call (bf16 beta from the layer's sigmoid,
+    float32 g, no initial or final state): a warm-up with other dtypes compiles kernels
+    that training never asks for.  The layer also compiles the short-convolution and
+    gated-norm kernels that a training step runs beside the GDN kernel.
+    """
     import torch
 
-    from slime_flashqla.gdn import get_chunk_gated_delta_rule
+    from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint
+    from slime_flashqla.models import gdn_layer_config
 
-    fn = get_chunk_gated_delta_rule(task.backend)
     dtype = getattr(torch, task.dtype)
-    hk, hv = task.heads.key_heads, task.heads.value_heads
+    config = gdn_layer_config(task.heads.key_heads, task.heads.value_heads)
+    layer = Qwen3NextGatedDeltaNet(config, backend=task.backend).to(device, dtype)
+    init_like_checkpoint(layer)
     for batch in lengths if task.varlen else ((128, 128),):
-        tokens = sum(batch) if task.varlen else batch[0]
-        b = 1 if task.varlen else len(batch)
-        q = torch.randn(b, tokens, hk, 128, device=device, dtype=dtype, requires_grad=True)
-        k = torch.randn(b, tokens, hk, 128, device=device, dtype=dtype, requires_grad=True)
-        v = torch.randn(b, tokens, hv, 128, device=device, dtype=dtype, requires_grad=True)
-        g = torch.nn.functional.logsigmoid(torch.randn(b, tokens, hv, device=device)).requires_grad_()
-        beta = torch.rand(b, tokens, hv, device=device).requires_grad_()
-        cu = None
         if task.varlen:
             offsets = [0]
             for length in batch:
                 offsets.append(offsets[-1] + length)
-            cu = torch.tensor(offsets, dtype=torch.int32, device=device)
-        o, _ = fn(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
-        o.float().sum().backward()
+            x = torch.randn(1, offsets[-1], config["hidden_size"], device=device, dtype=dtype, requires_grad=True)
+            y = layer(x, cu_seqlens=torch.tensor(offsets, dtype=torch.int32, device=device))
+        else:
+            x = torch.randn(len(batch), batch[0], config["hidden_size"], device=device, dtype=dtype, requires_grad=True)
+            y = layer(x)
+        y.float().square().mean().backward()
         if device == "cuda":
             torch.cuda.synchronize()
 

@@ -20,6 +20,7 @@ def make_inputs(
     initial_state=True,
     seed=0,
     requires_grad=False,
+    beta_dtype=torch.float32,
 ):
     """q, k, v, g, beta, initial_state and cu_seqlens as a dict (cu_seqlens None when not varlen)."""
     generator = torch.Generator().manual_seed(seed)
@@ -36,7 +37,7 @@ def make_inputs(
         "k": randn(batch, tokens, key_heads, key_dim).to(dtype),
         "v": randn(batch, tokens, value_heads, value_dim).to(dtype),
         "g": F.logsigmoid(randn(batch, tokens, value_heads) + 2.0).float(),
-        "beta": torch.rand(batch, tokens, value_heads, generator=generator, dtype=torch.float64).float(),
+        "beta": torch.rand(batch, tokens, value_heads, generator=generator, dtype=torch.float64).to(beta_dtype),
         "initial_state": (randn(n, value_heads, key_dim, value_dim) * 0.1).float() if initial_state else None,
     }
     out = {key: (t.to(device).requires_grad_(requires_grad) if t is not None else None) for key, t in tensors.items()}

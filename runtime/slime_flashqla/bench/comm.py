@@ -19,6 +19,11 @@ import warnings
 from datetime import UTC, datetime
 
 VARIANTS = ("unwrapped", "always", "whitelist", "first-use", "off")
+# The unwrapped call timed a second time, as a variant of its own: its ratio to the first
+# (an A/A comparison) is the harness's resolution, below which no difference is real.
+AGAIN = "unwrapped again"
+TIMED = (*VARIANTS, AGAIN)
+MODES = ("latency", "back-to-back")
 OPS = (
     "all_reduce",
     "broadcast",
@@ -30,8 +35,10 @@ OPS = (
 )
 SIZE_FREE_OPS = frozenset({"barrier"})
 DEFAULT_SIZES = (4 * 1024, 64 * 1024 * 1024)
-# gloo on a small CPU box takes ~0.1 s per 64 MB collective: fewer large iterations there.
-DEFAULT_ITERS = {"nccl": (200, 40), "gloo": (100, 4)}
+# Calls per timed block (small, large messages) and rounds.  gloo on a small CPU box takes
+# ~0.1 s per 64 MB collective: fewer large iterations there.
+DEFAULT_ITERS = {"nccl": (50, 10), "gloo": (20, 2)}
+DEFAULT_ROUNDS = {"nccl": 40, "gloo": 5}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,9 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sizes", nargs="+", type=_size, default=list(DEFAULT_SIZES), help="message sizes, e.g. 4K 64M"
     )
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds over the variants")
-    parser.add_argument("--iters-small", type=int, help="timed calls per round for sizes < 1 MiB")
-    parser.add_argument("--iters-large", type=int, help="timed calls per round for sizes >= 1 MiB")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds over the variants (default: nccl 40, gloo 5)")
+    parser.add_argument("--iters-small", type=int, help="calls per timed block for sizes < 1 MiB")
+    parser.add_argument("--iters-large", type=int, help="calls per timed block for sizes >= 1 MiB")
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls before each timed block")
 
 
@@ -71,7 +78,7 @@ def _human(nbytes: int) -> str:
 
 
 def _make_call(op: str, nbytes: int, device, rank: int, world: int):
-    """Return a zero-argument function running op once on preallocated buffers, then waiting for it."""
+    """Return a zero-argument function that issues op once on preallocated buffers (no wait for completion)."""
     import torch
     import torch.distributed as dist
 
@@ -79,33 +86,29 @@ def _make_call(op: str, nbytes: int, device, rank: int, world: int):
     n -= n % world  # the sizes are the full buffer (nccl-tests convention): divisible by world size
     full = torch.ones(n, device=device)
     part = torch.ones(n // world, device=device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     # `dist.<op>` is looked up on every call, so the same function times the
     # original or the guard's wrapper, whichever is installed at the time.
     if op == "all_reduce":
-        return lambda: (dist.all_reduce(full), sync())
+        return lambda: dist.all_reduce(full)
     if op == "broadcast":
-        return lambda: (dist.broadcast(full, src=0), sync())
+        return lambda: dist.broadcast(full, src=0)
     if op == "all_gather_into_tensor":
-        return lambda: (dist.all_gather_into_tensor(full, part), sync())
+        return lambda: dist.all_gather_into_tensor(full, part)
     if op == "reduce_scatter_tensor":
-        return lambda: (dist.reduce_scatter_tensor(part, full), sync())
+        return lambda: dist.reduce_scatter_tensor(part, full)
     if op == "all_to_all_single":
         out = torch.empty_like(full)
-        return lambda: (dist.all_to_all_single(out, full), sync())
+        return lambda: dist.all_to_all_single(out, full)
     if op == "barrier":
-        return lambda: (dist.barrier(), sync())
+        return lambda: dist.barrier()
     if op == "isend+irecv":
         peer = rank ^ 1  # pairs (0,1), (2,3)...: the even rank sends first, so the exchange is ordered
         inbox = torch.empty_like(full)
 
         def exchange():
             first, second = (dist.isend, dist.irecv) if rank % 2 == 0 else (dist.irecv, dist.isend)
-            w1 = first(full if first is dist.isend else inbox, peer)
-            w1.wait()
-            w2 = second(full if second is dist.isend else inbox, peer)
-            w2.wait()
-            sync()
+            first(full if first is dist.isend else inbox, peer).wait()
+            second(full if second is dist.isend else inbox, peer).wait()
 
         return exchange
     raise ValueError(f"unknown op {op!r}; choose from {', '.join(OPS)}")
@@ -115,30 +118,42 @@ def _set_variant(variant: str) -> None:
     """Install the guard with the variant's policy (default probe and threshold), or remove it."""
     from slime_flashqla import comm_guard
 
-    if variant == "unwrapped":
+    if variant in ("unwrapped", AGAIN):
         comm_guard.uninstall()
     else:
         comm_guard.install(variant)
 
 
-def _time_op(call, iters: int, warmup: int, rounds: int) -> tuple[dict[str, list[float]], dict]:
-    """Per variant: the latency of each timed call in microseconds, interleaving variants by round."""
+def _time_op(call, sync, iters: int, warmup: int, rounds: int) -> tuple[dict, dict]:
+    """Per mode and variant: microseconds per call of each timed block; variants interleaved and rotated by round.
+
+    A block is `iters` calls timed together, which averages away the host clock's and the
+    scheduler's jitter that a single 30 us call cannot escape.  `latency` waits for each
+    call to finish before issuing the next (what a caller that synchronizes sees);
+    `back-to-back` issues all of them and waits once (how a training step issues them).
+    The order of the variants rotates every round so that none always runs first or last.
+    """
     from slime_flashqla import comm_guard
 
-    samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    steady_stats: dict[str, dict] = {v: {} for v in VARIANTS}
+    samples = {mode: {v: [] for v in TIMED} for mode in MODES}
+    steady_stats: dict[str, dict] = {v: {} for v in TIMED}
     clock = time.perf_counter
-    for _ in range(rounds):
-        for variant in VARIANTS:
+    for r in range(rounds):
+        order = TIMED[r % len(TIMED) :] + TIMED[: r % len(TIMED)]
+        for variant in order:
             _set_variant(variant)
             for _ in range(warmup):
                 call()
+            sync()
             comm_guard.reset_stats()
-            times = samples[variant]
-            for _ in range(iters):
+            for mode in MODES:
+                each = sync if mode == "latency" else (lambda: None)
                 t0 = clock()
-                call()
-                times.append((clock() - t0) * 1e6)
+                for _ in range(iters):
+                    call()
+                    each()
+                sync()
+                samples[mode][variant].append((clock() - t0) * 1e6 / iters)
             for name, s in comm_guard.stats().items():
                 acc = steady_stats[variant].setdefault(name, {"checked": 0, "skipped": 0, "cleared": 0})
                 for k in acc:
@@ -209,6 +224,8 @@ def run_rank(args: argparse.Namespace) -> dict | None:
     backend = dist.get_backend()
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     small_default, large_default = DEFAULT_ITERS.get(backend, DEFAULT_ITERS["gloo"])
+    rounds = args.rounds or DEFAULT_ROUNDS.get(backend, DEFAULT_ROUNDS["gloo"])
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     load_start = os.getloadavg()[0]  # CPU contention from other work makes host-side timings noisy
     rows = []
     for op in args.ops:
@@ -217,28 +234,31 @@ def run_rank(args: argparse.Namespace) -> dict | None:
             iters = (args.iters_large or large_default) if large else (args.iters_small or small_default)
             warmup = min(args.warmup, max(1, iters // 2)) if large else args.warmup
             call = _make_call(op, nbytes, device, rank, world)
-            samples, steady = _time_op(call, iters, warmup, args.rounds)
-            rows.append({"op": op, "bytes": nbytes, "iters": iters * args.rounds, "samples": samples, "stats": steady})
+            samples, steady = _time_op(call, sync, iters, warmup, rounds)
+            rows.append({"op": op, "bytes": nbytes, "calls_per_block": iters, "samples": samples, "stats": steady})
             if rank == 0:
                 label = f"{op} {_human(nbytes)}" if nbytes else op
                 print(f"  {label}: done", file=sys.stderr, flush=True)
-    # One number per (row, variant): the slowest rank's median, so a straggler is not hidden.
+    # One number per (row, mode, variant): the slowest rank's median, so a straggler is not hidden.
+    keys = [(i, mode, v) for i in range(len(rows)) for mode in MODES for v in TIMED]
     medians = torch.tensor(
-        [statistics.median(r["samples"][v]) for r in rows for v in VARIANTS],
-        dtype=torch.float64,
-        device=device,
+        [statistics.median(rows[i]["samples"][mode][v]) for i, mode, v in keys], dtype=torch.float64, device=device
     )
     dist.all_reduce(medians, op=dist.ReduceOp.MAX)
     overhead = wrapper_overhead() if rank == 0 else None
     if rank != 0:
         return None
-    medians = medians.tolist()
-    for i, r in enumerate(rows):
-        mine = r.pop("samples")
-        r["median_us"] = {v: medians[i * len(VARIANTS) + j] for j, v in enumerate(VARIANTS)}
-        r["rank0_p90_us"] = {v: _percentile(mine[v], 90) for v in VARIANTS}
-        base = r["median_us"]["unwrapped"]
-        r["ratio"] = {v: r["median_us"][v] / base for v in VARIANTS if v != "unwrapped"}
+    for r in rows:
+        r["median_us"] = {mode: {} for mode in MODES}
+        r["rank0_p90_us"] = {mode: {v: _percentile(r["samples"][mode][v], 90) for v in TIMED} for mode in MODES}
+        del r["samples"]
+    for (i, mode, v), us in zip(keys, medians.tolist(), strict=True):
+        rows[i]["median_us"][mode][v] = us
+    for r in rows:
+        r["ratio"] = {
+            mode: {v: r["median_us"][mode][v] / r["median_us"][mode]["unwrapped"] for v in TIMED if v != "unwrapped"}
+            for mode in MODES
+        }
     return {
         "meta": {
             "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
@@ -250,9 +270,12 @@ def run_rank(args: argparse.Namespace) -> dict | None:
             "torch": torch.__version__,
             "python": platform.python_version(),
             "command": " ".join(sys.orig_argv),
-            "rounds": args.rounds,
+            "rounds": rounds,
             "warmup": args.warmup,
-            "timing": "per call: perf_counter around the op and its completion (CUDA sync / work wait)",
+            "timing": (
+                "perf_counter around a block of calls, per call; median over rounds of the slowest rank; "
+                "latency: each call waited for (CUDA sync / work wait); back-to-back: one wait per block"
+            ),
             "probe": "default: torch.cuda.mem_get_info() when CUDA is initialized, else None",
         },
         "rows": rows,
@@ -261,14 +284,19 @@ def run_rank(args: argparse.Namespace) -> dict | None:
 
 
 def format_table(report: dict) -> str:
-    """Render the report as Markdown: one row per op and size, one column per variant."""
-    head = "| op | size | unwrapped (us) | " + " | ".join(f"{v} (x)" for v in VARIANTS[1:]) + " |"
-    lines = [head, "|" + " --- |" * (3 + len(VARIANTS) - 1)]
-    for r in report["rows"]:
-        ratios = " | ".join(f"{r['ratio'][v]:.3f}" for v in VARIANTS[1:])
-        size = _human(r["bytes"]) if r["bytes"] else "-"
-        lines.append(f"| {r['op']} | {size} | {r['median_us']['unwrapped']:.1f} | {ratios} |")
-    lines.append("")
+    """Render the report as Markdown: per timing mode one row per op and size, one column per variant."""
+    shown = [v for v in TIMED if v != "unwrapped"]
+    lines = []
+    for mode in MODES:
+        lines.append(f"{mode}:")
+        lines.append("")
+        lines.append("| op | size | unwrapped (us) | " + " | ".join(f"{v} (x)" for v in shown) + " |")
+        lines.append("|" + " --- |" * (3 + len(shown)))
+        for r in report["rows"]:
+            ratios = " | ".join(f"{r['ratio'][mode][v]:.3f}" for v in shown)
+            size = _human(r["bytes"]) if r["bytes"] else "-"
+            lines.append(f"| {r['op']} | {size} | {r['median_us'][mode]['unwrapped']:.1f} | {ratios} |")
+        lines.append("")
     lines.append("| wrapper alone | us per call |")
     lines.append("| --- | --- |")
     for label, us in report["wrapper_overhead_us"].items():
@@ -314,7 +342,8 @@ def run(args: argparse.Namespace) -> int:
     if args.backend == "nccl" and not torch.cuda.is_available():
         print("bench comm: --backend nccl needs CUDA GPUs; use --backend gloo on this machine", file=sys.stderr)
         return 2
-    if args.rounds < 1 or args.warmup < 0 or min(args.iters_small or 1, args.iters_large or 1) < 1:
+    counts = [1 if n is None else n for n in (args.rounds, args.iters_small, args.iters_large)]
+    if min(counts) < 1 or args.warmup < 0:
         print("bench comm: --rounds and --iters-* must be >= 1, --warmup >= 0", file=sys.stderr)
         return 2
     if "WORLD_SIZE" in os.environ:  # torchrun (or another launcher) started us

@@ -340,7 +340,9 @@ def _random(shape: ShapeSpec, plan: Plan, heads: HeadConfig, level: str) -> dict
         "v": randn(1, tokens, hv, dim),
         # FlashQLA's benchmark decay: logsigmoid(N(0,1)) / 16, i.e. gates close to 1.
         "g": F.logsigmoid(randn(1, tokens, hv, dtype=torch.float32)) / 16,
-        "beta": randn(1, tokens, hv, dtype=torch.float32).sigmoid(),
+        # beta in the q/k/v dtype and g in float32, as the layers pass them: FlashQLA compiles
+        # per dtype, so this is the kernel a training step (and `warmup`) runs.
+        "beta": randn(1, tokens, hv).sigmoid(),
         "grad": randn(1, tokens, hv, dim),
         "cu_seqlens": cu_seqlens,
     }
@@ -621,7 +623,7 @@ def settings(plan: Plan) -> dict:
         "warmup": plan.warmup,
         "iters": plan.iters,
         "seed": plan.seed,
-        "dtype": f"{plan.dtype} q/k/v and layer, float32 g/beta",
+        "dtype": f"{plan.dtype} q/k/v/beta and layer, float32 g",
         "use_qk_l2norm_in_kernel": True,
         "auto_target": AUTO_TARGET,
     }

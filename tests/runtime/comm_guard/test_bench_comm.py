@@ -25,23 +25,28 @@ def test_bench_comm_gloo_two_ranks(tmp_path, monkeypatch, capfd):
     assert report["meta"]["backend"] == "gloo"
     assert report["meta"]["world_size"] == 2
     assert [(r["op"], r["bytes"]) for r in report["rows"]] == [(op, 0 if op == "barrier" else 4096) for op in comm.OPS]
+    calls = 6 * len(comm.MODES)  # 1 round, a block of 6 calls in each timing mode
     for row in report["rows"]:
-        assert all(us > 0 for us in row["median_us"].values()), row
-        assert set(row["ratio"]) == {"always", "whitelist", "first-use", "off"}
+        for mode in comm.MODES:
+            assert all(us > 0 for us in row["median_us"][mode].values()), row
+            assert set(row["median_us"][mode]) == set(comm.TIMED)
+            assert set(row["ratio"][mode]) == {"always", "whitelist", "first-use", "off", comm.AGAIN}
         names = {"isend+irecv": ["isend", "irecv"]}.get(row["op"], [row["op"]])
         for name in names:
             # timed calls only (after warm-up): `always` probes each, `first-use` none, `off` none
-            assert row["stats"]["always"][name] == {"checked": 6, "skipped": 0, "cleared": 0}
-            assert row["stats"]["first-use"][name] == {"checked": 0, "skipped": 6, "cleared": 0}
-            assert row["stats"]["off"][name] == {"checked": 0, "skipped": 6, "cleared": 0}
+            assert row["stats"]["always"][name] == {"checked": calls, "skipped": 0, "cleared": 0}
+            assert row["stats"]["first-use"][name] == {"checked": 0, "skipped": calls, "cleared": 0}
+            assert row["stats"]["off"][name] == {"checked": 0, "skipped": calls, "cleared": 0}
             whitelisted = name in {"all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"}
             skipped = whitelisted or name in {"barrier", "isend", "irecv"}
-            assert row["stats"]["whitelist"][name]["checked"] == (0 if skipped else 6)
+            assert row["stats"]["whitelist"][name]["checked"] == (0 if skipped else calls)
         assert row["stats"]["unwrapped"] == {}
+        assert row["stats"][comm.AGAIN] == {}
     overhead = report["wrapper_overhead_us"]
     assert set(overhead) >= {"bare call", "off", "first-use, steady state", "always (probe consulted)"}
     table = capfd.readouterr().out  # printed by rank 0, a child process
     assert "| all_reduce | 4 KiB |" in table
+    assert "latency:" in table and "back-to-back:" in table
     assert "| first-use, steady state |" in table
 
 

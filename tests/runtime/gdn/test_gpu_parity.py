@@ -81,6 +81,9 @@ def gpu_inputs(hk, hv, *, varlen=True, seed=0, lengths=LENGTHS):
         key_dim=128,
         value_dim=128,
         dtype=torch.bfloat16,
+        # bf16 beta and float32 g, as the layers pass them (and as `warmup` compiles for):
+        # FlashQLA specialises its kernels on these dtypes.
+        beta_dtype=torch.bfloat16,
         device="cuda",
         varlen=varlen,
         seed=seed,
