@@ -13,10 +13,13 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 CHILD = """
 import json, logging, sys, time
+started = time.time()
 t0 = time.perf_counter()
 phases = {}
 compiled = []
@@ -65,29 +68,41 @@ y.float().square().mean().backward()
 torch.cuda.synchronize()
 mark('backward')
 assert torch.isfinite(x.grad).all()
-print('FIRST_STEP ' + json.dumps({'phases': phases, 'compiled_kernels': compiled}), flush=True)
+report = {'phases': phases, 'compiled_kernels': compiled, 'started': started, 'finished': time.time()}
+print('FIRST_STEP ' + json.dumps(report), flush=True)
 """
 
 
-def time_first_step(backend: str, heads: str, lengths: str) -> dict:
+def time_first_step(backend: str, heads: str, lengths: str, profile: str | None = None) -> dict:
     """Seconds from starting a fresh Python process to its first layer forward+backward finishing, with phases."""
     hk, hv = heads.split("/")
     # TileLang logs each real compile when this is on (its default); loads from cache stay silent.
     env = {**os.environ, "TILELANG_PRINT_ON_COMPILATION": "1"}
-    start = time.perf_counter()
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD, backend, hk, hv, lengths], check=True, env=env, stdout=subprocess.PIPE, text=True
-    )
-    seconds = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "first_step_child.py"
+        script.write_text(CHILD)
+        command = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else []), str(script)]
+        start = time.time()
+        argv = [*command, backend, hk, hv, lengths]
+        child = subprocess.run(argv, check=True, env=env, stdout=subprocess.PIPE, text=True)
+        seconds = time.time() - start
     report = {}
     for line in child.stdout.splitlines():
         if line.startswith("FIRST_STEP "):
             report = json.loads(line.removeprefix("FIRST_STEP "))
         else:
             print(line)
-    # What is left of the wall time: interpreter start-up and exit.
-    report["phases"]["interpreter start and exit"] = round(seconds - sum(report["phases"].values()), 3)
-    return {"seconds": seconds, **report}
+    phases = {"interpreter start": round(report.pop("started") - start, 3), **report["phases"]}
+    phases["interpreter exit"] = round(start + seconds - report.pop("finished"), 3)
+    report["phases"] = phases
+    return {"seconds": round(seconds, 3), **report}
+
+
+def print_profile(path: str, top: int = 45) -> None:
+    """Print the functions with the most cumulative time in a cProfile dump."""
+    import pstats
+
+    pstats.Stats(path).sort_stats("cumulative").print_stats(top)
 
 
 def main(argv=None) -> int:
@@ -96,8 +111,11 @@ def main(argv=None) -> int:
     parser.add_argument("--backend", default="flashqla")
     parser.add_argument("--heads", default="16/32")
     parser.add_argument("--lengths", default="8192+24576")
+    parser.add_argument("--profile", metavar="PATH", help="run the child under cProfile, dump to PATH, print the top")
     args = parser.parse_args(argv)
-    result = time_first_step(args.backend, args.heads, args.lengths)
+    result = time_first_step(args.backend, args.heads, args.lengths, args.profile)
+    if args.profile:
+        print_profile(args.profile)
     print(json.dumps({"backend": args.backend, "heads": args.heads, "lengths": args.lengths, **result}))
     return 0
 

@@ -33,6 +33,16 @@ def test_kernel_cache_is_a_writable_dir_in_the_volume(doctor_report):
     assert Path(doctor_report["tilelang_cache_dir"]) == cache
 
 
+@pytest.mark.parametrize("variable", ["TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"])
+def test_triton_and_inductor_caches_are_writable_dirs_in_the_volume(variable):
+    """FLA's Triton kernels and FlashQLA's torch.compile'd l2norm keep their caches there too."""
+    cache = Path(os.environ[variable])
+    assert CACHE_VOLUME in cache.parents
+    probe = cache / "write-probe"
+    probe.write_text("ok")
+    probe.unlink()
+
+
 def test_entrypoint_prints_the_self_check_then_runs_the_command():
     done = entrypoint("python", "-c", "print('the command ran')")
     assert done.returncode == 0, done.stderr
