@@ -46,7 +46,7 @@ logging.getLogger('tilelang').addHandler(CompileLog())
 logging.getLogger('tilelang').setLevel(logging.INFO)  # what TileLang sets itself on import
 import torch
 backend, hk, hv, lengths = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), [int(n) for n in sys.argv[4].split('+')]
-from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint
+from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint, packed_batch
 from slime_flashqla.models import gdn_layer_config
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
 get_chunk_gated_delta_rule(backend)  # resolves the backend: imports and validates its kernels' packages
@@ -54,11 +54,7 @@ mark('import')
 torch.cuda.init()
 layer = Qwen3NextGatedDeltaNet(gdn_layer_config(hk, hv), backend=backend).to('cuda', torch.bfloat16)
 init_like_checkpoint(layer)
-offsets = [0]
-for n in lengths:
-    offsets.append(offsets[-1] + n)
-x = torch.randn(1, offsets[-1], 2048, device='cuda', dtype=torch.bfloat16, requires_grad=True)
-cu_seqlens = torch.tensor(offsets, dtype=torch.int32, device='cuda')
+x, cu_seqlens = packed_batch(lengths, layer.config.hidden_size, device='cuda', dtype=torch.bfloat16)
 torch.cuda.synchronize()
 mark('cuda init and layer')
 y = layer(x, cu_seqlens=cu_seqlens)

@@ -102,19 +102,17 @@ def _kernel_parity(backend: str, device: torch.device) -> dict[str, float]:
 
 def run_check(backend: str = "auto") -> CheckResult:
     """Build a GDN layer, run forward+backward on `backend` and check the results."""
-    from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint
+    from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint, packed_batch
 
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     dtype = torch.bfloat16 if cuda else torch.float32
     config = _layer_config(cuda)
     lengths = [1000, 3096] if cuda else [100, 156]
-    tokens = sum(lengths)
     torch.manual_seed(0)
     layer = Qwen3NextGatedDeltaNet(config, backend=backend).to(device=device, dtype=dtype)
     init_like_checkpoint(layer)
-    x = torch.randn(1, tokens, config["hidden_size"], device=device, dtype=dtype, requires_grad=True)
-    cu_seqlens = torch.tensor([0, lengths[0], tokens], dtype=torch.int32, device=device)
+    x, cu_seqlens = packed_batch(lengths, config["hidden_size"], device=device, dtype=dtype)
 
     def sync():
         if cuda:

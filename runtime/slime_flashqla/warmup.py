@@ -99,7 +99,7 @@ def run_kernels(task: WarmupTask, lengths=DEFAULT_LENGTHS, device: str = "cuda")
     """
     import torch
 
-    from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint
+    from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint, packed_batch
     from slime_flashqla.models import gdn_layer_config
 
     dtype = getattr(torch, task.dtype)
@@ -108,11 +108,8 @@ def run_kernels(task: WarmupTask, lengths=DEFAULT_LENGTHS, device: str = "cuda")
     init_like_checkpoint(layer)
     for batch in lengths if task.varlen else ((128, 128),):
         if task.varlen:
-            offsets = [0]
-            for length in batch:
-                offsets.append(offsets[-1] + length)
-            x = torch.randn(1, offsets[-1], config["hidden_size"], device=device, dtype=dtype, requires_grad=True)
-            y = layer(x, cu_seqlens=torch.tensor(offsets, dtype=torch.int32, device=device))
+            x, cu_seqlens = packed_batch(batch, config["hidden_size"], device=device, dtype=dtype)
+            y = layer(x, cu_seqlens=cu_seqlens)
         else:
             x = torch.randn(len(batch), batch[0], config["hidden_size"], device=device, dtype=dtype, requires_grad=True)
             y = layer(x)

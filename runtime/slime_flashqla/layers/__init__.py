@@ -5,7 +5,15 @@ from slime_flashqla.layers.gated_deltanet import (
     Qwen3_5GatedDeltaNet,
     Qwen3NextGatedDeltaNet,
     init_like_checkpoint,
+    packed_batch,
     resolve_backend,
 )
 
-__all__ = ["GDNConfig", "Qwen3NextGatedDeltaNet", "Qwen3_5GatedDeltaNet", "init_like_checkpoint", "resolve_backend"]
+__all__ = [
+    "GDNConfig",
+    "Qwen3NextGatedDeltaNet",
+    "Qwen3_5GatedDeltaNet",
+    "init_like_checkpoint",
+    "packed_batch",
+    "resolve_backend",
+]

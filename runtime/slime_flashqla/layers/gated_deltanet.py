@@ -8,6 +8,7 @@ forward+backward 1.5x faster at 32k tokens than repeating q/k first.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -174,3 +175,10 @@ def init_like_checkpoint(layer: _GatedDeltaNetBase, std: float = 0.02) -> None:
                 param.normal_(0.0, 1.0 / math.sqrt(param.shape[-1]))
             else:
                 param.normal_(0.0, std)
+
+
+def packed_batch(lengths, hidden_size: int, *, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random hidden states [1, T, hidden_size] (requiring grad) and int32 cu_seqlens for packed `lengths`."""
+    offsets = list(itertools.accumulate(lengths, initial=0))
+    x = torch.randn(1, offsets[-1], hidden_size, device=device, dtype=dtype, requires_grad=True)
+    return x, torch.tensor(offsets, dtype=torch.int32, device=device)

@@ -160,29 +160,12 @@ def test_fla_runs_flas_own_kernels_while_flash_qla_is_installed():
         # The trap itself: FLA's public function, called directly, forwards to FlashQLA.
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_public
 
+        qkv = (inputs["q"], inputs["k"], inputs["v"])
+        kwargs = {name: inputs[name] for name in ("g", "beta", "initial_state", "cu_seqlens")}
+        kwargs.update(output_final_state=True, use_qk_l2norm_in_kernel=True)
         with torch.no_grad():
-            o_public, _ = fla_public(
-                inputs["q"],
-                inputs["k"],
-                inputs["v"],
-                g=inputs["g"],
-                beta=inputs["beta"],
-                initial_state=inputs["initial_state"],
-                output_final_state=True,
-                use_qk_l2norm_in_kernel=True,
-                cu_seqlens=inputs["cu_seqlens"],
-            )
-            o_flashqla, _ = get_chunk_gated_delta_rule("flashqla")(
-                inputs["q"],
-                inputs["k"],
-                inputs["v"],
-                g=inputs["g"],
-                beta=inputs["beta"],
-                initial_state=inputs["initial_state"],
-                output_final_state=True,
-                use_qk_l2norm_in_kernel=True,
-                cu_seqlens=inputs["cu_seqlens"],
-            )
+            o_public, _ = fla_public(*qkv, **kwargs)
+            o_flashqla, _ = get_chunk_gated_delta_rule("flashqla")(*qkv, **kwargs)
         print("FLA public == FlashQLA bit for bit:", torch.equal(o_public, o_flashqla))
 
 
