@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import os
 import shlex
@@ -49,6 +48,7 @@ class Variant:
     backend: str
     repeat: bool
     about: str
+    direct: bool = False  # the library's own function, called as slime calls it, not this package's backend
 
 
 VARIANTS = {
@@ -56,8 +56,23 @@ VARIANTS = {
     for v in (
         Variant("fla-repeat", "fla", True, "FLA's kernels, q/k repeated to Hv heads (slime's default path today)"),
         Variant("fla-gva", "fla", False, "FLA's kernels, q/k with their own Hk heads"),
-        Variant("flashqla-repeat", "flashqla", True, "FlashQLA, q/k repeated to Hv heads (slime's FlashQLA path)"),
-        Variant("flashqla-gva", "flashqla", False, "FlashQLA, q/k with their own Hk heads"),
+        Variant(
+            "flashqla-repeat",
+            "flashqla",
+            True,
+            "flash_qla.chunk_gated_delta_rule itself, q/k repeated to Hv heads (slime's FlashQLA path)",
+            direct=True,
+        ),
+        Variant(
+            "flashqla-gva", "flashqla", False, "FlashQLA through this package's backend, q/k with their own Hk heads"
+        ),
+        Variant(
+            "flashqla-direct-gva",
+            "flashqla",
+            False,
+            "flash_qla.chunk_gated_delta_rule itself with GVA (its own torch.compile'd q/k l2norm)",
+            direct=True,
+        ),
         Variant("auto", "auto", False, "the `auto` backend (GVA): FlashQLA where it validates, else FLA, else torch"),
         Variant("torch", "torch", False, "the pure-PyTorch reference, GVA (slow: only when asked)"),
         Variant("torch-repeat", "torch", True, "the pure-PyTorch reference, q/k repeated (slow: only when asked)"),
@@ -86,6 +101,7 @@ class Plan:
     warmup: int
     iters: int
     seed: int
+    rounds: int = 1
 
     @property
     def num_rows(self) -> int:
@@ -164,7 +180,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--head-dim", type=int, default=128, help="K = V head size (default 128)")
     parser.add_argument("--hidden-size", type=int, default=2048, help="layer hidden size (default 2048, Qwen3-Next)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls before timing (default 5)")
-    parser.add_argument("--iters", type=int, default=30, help="timed calls; the median is reported (default 30)")
+    parser.add_argument(
+        "--iters", type=int, default=30, help="timed calls per variant; the median is reported (default 30)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="split the timed calls into this many rounds; each round times every variant of a shape in turn, "
+        "in a rotating order (default 5)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs and layer weights")
     parser.add_argument(
         "--skip-unavailable",
@@ -235,6 +260,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
     names = list(VARIANTS) if args.variants.strip() == "all" else _choose(args.variants, tuple(VARIANTS), "variant")
     for name, value, low in (
         ("--iters", args.iters, 1),
+        ("--rounds", args.rounds, 1),
         ("--warmup", args.warmup, 0),
         ("--head-dim", args.head_dim, 1),
         ("--hidden-size", args.hidden_size, 1),
@@ -254,6 +280,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
         hidden_size=args.hidden_size,
         warmup=args.warmup,
         iters=args.iters,
+        rounds=args.rounds,
         seed=args.seed,
     )
 
@@ -357,10 +384,21 @@ def _repeating(fn, group: int):
     return chunk_gated_delta_rule
 
 
-def _kernel_fn(variant: Variant, heads: HeadConfig):
+def _backend_fn(variant: Variant):
+    """What the variant calls: this package's backend, or the library's own function."""
     from slime_flashqla.gdn import get_chunk_gated_delta_rule
 
     fn = get_chunk_gated_delta_rule(variant.backend)
+    if not variant.direct:
+        return fn
+    import flash_qla  # the only direct variants are FlashQLA's
+
+    # As FLA >= 0.6 forwards slime's call: FlashQLA normalises q/k itself (use_qk_l2norm_in_kernel).
+    return flash_qla.chunk_gated_delta_rule
+
+
+def _kernel_fn(variant: Variant, heads: HeadConfig):
+    fn = _backend_fn(variant)
     return (_repeating(fn, heads.group) if variant.repeat and heads.group > 1 else fn), fn
 
 
@@ -396,6 +434,8 @@ def _build_layer(variant: Variant, heads: HeadConfig, plan: Plan):
         layer = Qwen3NextGatedDeltaNet(config, backend=variant.backend)
         init_like_checkpoint(layer)
     layer = layer.to(device=plan.device, dtype=getattr(torch, plan.dtype))
+    if variant.direct:
+        layer.chunk_gated_delta_rule = _backend_fn(variant)
     if variant.repeat and heads.group > 1:
         layer.chunk_gated_delta_rule = _repeating(layer.chunk_gated_delta_rule, heads.group)
     return layer
@@ -470,27 +510,77 @@ def _prepare(level: str, variant: Variant, heads: HeadConfig, inputs: dict, back
     return _layer_call(layers[key], inputs, backward), layers[key].chunk_gated_delta_rule
 
 
-def _measure_row(row: Row, prepare, plan: Plan) -> object:
-    """Time the call `prepare()` returns (with the backend it calls) into `row`; return that backend."""
-    from slime_flashqla.bench.timing import measure
+def _error_reason(error: Exception) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
-    backend_fn = None
-    try:
-        call, backend_fn = prepare()
-        timing = measure(call, plan.device, warmup=plan.warmup, iters=plan.iters)
-    except Exception as error:  # one failing variant (OOM, a kernel error) must not lose the rest of a long run
-        row.status = "error"
-        row.reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
-        _free_memory(plan.device)
-        return backend_fn
-    row.median_ms, row.min_ms, row.max_ms = timing.median_ms, timing.min_ms, timing.max_ms
-    row.iters, row.warmup, row.timer = timing.iters, timing.warmup, timing.timer
-    row.tokens_per_s = row.tokens / (timing.median_ms / 1e3)
-    return backend_fn
+
+def round_sizes(iters: int, rounds: int) -> list[int]:
+    """Split `iters` timed calls over at most `rounds` rounds, as evenly as possible."""
+    rounds = max(1, min(rounds, iters))
+    return [iters // rounds + (1 if r < iters % rounds else 0) for r in range(rounds)]
+
+
+def _time_group(entries: list, plan: Plan) -> None:
+    """Time every (row, call) of one group in interleaved rounds and fill each row's timing."""
+    from slime_flashqla.bench.timing import samples, summarize
+
+    taken: dict[int, list[float]] = {id(row): [] for row, _ in entries}
+    live = list(entries)
+    for r, size in enumerate(round_sizes(plan.iters, plan.rounds)):
+        # The order rotates from round to round: neither drift (clocks, temperature, the
+        # host's other work) nor going first or last favours one variant of the group.
+        shift = r % len(live) if live else 0
+        for row, call in live[shift:] + live[:shift]:
+            if row.status != "ok":
+                continue
+            try:
+                taken[id(row)] += samples(call, plan.device, size)
+            except Exception as error:  # one failing variant must not lose the rest of the group
+                row.status, row.reason = "error", _error_reason(error)
+                _free_memory(plan.device)
+        live = [(row, call) for row, call in live if row.status == "ok"]
+    for row, _ in entries:
+        if row.status != "ok":
+            continue
+        timing = summarize(taken[id(row)], plan.device, warmup=plan.warmup)
+        row.median_ms, row.min_ms, row.max_ms = timing.median_ms, timing.min_ms, timing.max_ms
+        row.iters, row.warmup, row.timer = timing.iters, timing.warmup, timing.timer
+        row.tokens_per_s = row.tokens / (timing.median_ms / 1e3)
+
+
+def _run_group(level, shape, heads, mode, inputs, layers, plan, problems) -> list[Row]:
+    """Prepare and warm every variant of one group, then time them together."""
+    from slime_flashqla.bench.timing import warm
+
+    backward = mode == "fwd+bwd"
+    rows, entries = [], []
+    for variant in plan.variants:
+        reason = problems.get((variant.name, mode))
+        if reason:
+            rows.append(_row(level, shape, heads, mode, variant, status="skipped", reason=reason))
+            continue
+        row = _row(level, shape, heads, mode, variant, note=variant_note(variant))
+        rows.append(row)
+        backend_fn = None
+        try:
+            call, backend_fn = _prepare(level, variant, heads, inputs, backward, layers, plan)
+            warm(call, plan.device, plan.warmup)
+        except Exception as error:  # OOM, a kernel error: record it and go on with the others
+            row.status, row.reason = "error", _error_reason(error)
+            _free_memory(plan.device)
+            continue
+        entries.append((row, call))
+        choice = _auto_choice(backend_fn, row, plan, backward) if variant.backend == "auto" else None
+        if choice is not None:
+            row.auto_backend = choice.backend
+            row.auto_repeat_qk = bool(getattr(choice, "repeat_qk", False))
+    _time_group(entries, plan)
+    return rows
 
 
 def run_plan(plan: Plan, problems: dict[tuple[str, str], str], progress) -> list[Row]:
-    """Measure every runnable row; `progress(row)` is called after each measured row."""
+    """Measure every runnable row; `progress(row)` is called after each row's group is measured."""
     rows = []
     for level in plan.levels:
         layers: dict[tuple, object] = {}  # built once per (heads, variant), reused across shapes
@@ -498,22 +588,11 @@ def run_plan(plan: Plan, problems: dict[tuple[str, str], str], progress) -> list
             for heads in plan.heads:
                 inputs = _random(shape, plan, heads, level)
                 for mode in plan.modes:
-                    backward = mode == "fwd+bwd"
-                    for variant in plan.variants:
-                        reason = problems.get((variant.name, mode))
-                        if reason:
-                            rows.append(_row(level, shape, heads, mode, variant, status="skipped", reason=reason))
-                            continue
-                        row = _row(level, shape, heads, mode, variant, note=variant_note(variant))
-                        prepare = functools.partial(_prepare, level, variant, heads, inputs, backward, layers, plan)
-                        backend_fn = _measure_row(row, prepare, plan)
-                        choice = _auto_choice(backend_fn, row, plan, backward) if variant.backend == "auto" else None
-                        if choice is not None:
-                            row.auto_backend = choice.backend
-                            row.auto_repeat_qk = bool(getattr(choice, "repeat_qk", False))
-                        del prepare, backend_fn
-                        rows.append(row)
-                        progress(row)
+                    group = _run_group(level, shape, heads, mode, inputs, layers, plan, problems)
+                    for row in group:
+                        if row.status != "skipped":
+                            progress(row)
+                    rows += group
                 del inputs
                 _free_memory(plan.device)
         layers.clear()
@@ -622,6 +701,7 @@ def settings(plan: Plan) -> dict:
         "hidden_size": plan.hidden_size,
         "warmup": plan.warmup,
         "iters": plan.iters,
+        "rounds": len(round_sizes(plan.iters, plan.rounds)),
         "seed": plan.seed,
         "dtype": f"{plan.dtype} q/k/v/beta and layer, float32 g",
         "use_qk_l2norm_in_kernel": True,
@@ -768,7 +848,8 @@ def markdown_report(rows: list[Row], summary: list[dict], env: dict, plan: Plan)
         f"### GDN benchmark: {where}, {env['date']}",
         "",
         f"torch {env['torch']} (CUDA {env['torch_cuda']}), {packages}; {plan.dtype}, K = V = {plan.head_dim}, "
-        f"layer hidden {plan.hidden_size}; median of {plan.iters} calls after {plan.warmup} warm-up calls.",
+        f"layer hidden {plan.hidden_size}; median of {plan.iters} calls after {plan.warmup} warm-up calls, "
+        f"in {len(round_sizes(plan.iters, plan.rounds))} rounds that interleave the variants of a shape.",
         "",
         f"Command: `{env['command']}`",
         "",
@@ -911,7 +992,9 @@ def main(args: argparse.Namespace) -> int:
     add_speedups(rows)
     summary = auto_summary(rows)
     where = env["gpu"] or f"CPU ({env['cpu']})"
-    print_table(console, f"bench gdn on {where}: median of {plan.iters} calls", TABLE_HEADERS, table_cells(rows))
+    rounds = len(round_sizes(plan.iters, plan.rounds))
+    title = f"bench gdn on {where}: median of {plan.iters} calls in {rounds} rounds"
+    print_table(console, title, TABLE_HEADERS, table_cells(rows))
     if summary:
         hits = sum(item["within_target"] for item in summary)
         title = f"auto vs the fastest other variant (target: within 3%): {hits}/{len(summary)} groups"

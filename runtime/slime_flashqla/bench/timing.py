@@ -44,21 +44,41 @@ def _cpu_samples(fn: Callable[[], object], iters: int) -> list[float]:
     return samples
 
 
+def timer_name(device: torch.device) -> str:
+    """The clock `samples` uses on this device."""
+    return "cuda-events" if device.type == "cuda" else "perf_counter"
+
+
+def warm(fn: Callable[[], object], device: torch.device, warmup: int) -> None:
+    """Run `fn` warmup times untimed and wait for the device."""
+    for _ in range(warmup):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def samples(fn: Callable[[], object], device: torch.device, iters: int) -> list[float]:
+    """Time `iters` calls of `fn`, one sample (ms) per call."""
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    return _cuda_samples(fn, iters) if device.type == "cuda" else _cpu_samples(fn, iters)
+
+
+def summarize(values: list[float], device: torch.device, *, warmup: int) -> Timing:
+    """The median and range of samples taken on `device`."""
+    return Timing(
+        median_ms=statistics.median(values),
+        min_ms=min(values),
+        max_ms=max(values),
+        iters=len(values),
+        warmup=warmup,
+        timer=timer_name(device),
+    )
+
+
 def measure(fn: Callable[[], object], device: torch.device, *, warmup: int, iters: int) -> Timing:
     """Run `fn` warmup times untimed, then iters times timed; return the median and range."""
     if iters < 1:
         raise ValueError(f"iters must be >= 1, got {iters}")
-    cuda = device.type == "cuda"
-    for _ in range(warmup):
-        fn()
-    if cuda:
-        torch.cuda.synchronize(device)
-    samples = _cuda_samples(fn, iters) if cuda else _cpu_samples(fn, iters)
-    return Timing(
-        median_ms=statistics.median(samples),
-        min_ms=min(samples),
-        max_ms=max(samples),
-        iters=iters,
-        warmup=warmup,
-        timer="cuda-events" if cuda else "perf_counter",
-    )
+    warm(fn, device, warmup)
+    return summarize(samples(fn, device, iters), device, warmup=warmup)

@@ -38,6 +38,9 @@ def _launch(name: str, shape: GDNShape, q, k, v, g, beta, **kwargs):
     if group > 1 and not backend.supports_gva:
         q, k = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
     if name == "flashqla":
+        from slime_flashqla.gdn.qk_l2norm import l2norm_qk
+
+        q, k, kwargs = l2norm_qk(q, k, kwargs)
         # FlashQLA's TileLang kernels take dense strides; slices of a fused projection are not.
         q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
     return kernel(q, k, v, g=g, beta=beta, **kwargs)

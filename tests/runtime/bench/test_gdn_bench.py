@@ -101,6 +101,7 @@ def test_defaults_and_opt_in_sets():
         (("--levels", "model"), "unknown level 'model'"),
         (("--modes", "bwd"), "unknown mode 'bwd'"),
         (("--iters", "0"), "--iters must be >= 1"),
+        (("--rounds", "0"), "--rounds must be >= 1"),
         (("--heads", "2/4", "--tp-configs"), "not both"),
         (("--shapes", "64", "--all-shapes"), "not both"),
         (("--device", "tpu"), "--device"),
@@ -364,6 +365,39 @@ def test_cpu_timer_takes_the_median_of_the_timed_calls():
     assert len(calls) == 7
     assert timing.iters == 5 and timing.timer == "perf_counter"
     assert 2.0 <= timing.min_ms <= timing.median_ms <= timing.max_ms
+
+
+@pytest.mark.parametrize(
+    ("iters", "rounds", "sizes"),
+    [(30, 5, [6] * 5), (7, 3, [3, 2, 2]), (2, 5, [1, 1]), (5, 1, [5])],
+)
+def test_timed_calls_split_over_rounds_add_up(iters, rounds, sizes):
+    assert gdn.round_sizes(iters, rounds) == sizes
+
+
+def test_rounds_interleave_the_variants_in_a_rotating_order_and_survive_a_failing_one():
+    plan = gdn.build_plan(parse(*TINY, "--iters", "6", "--rounds", "3", "--warmup", "0"))
+    log, b_calls = [], []
+
+    def call(name):
+        def fn():
+            if name == "b":
+                b_calls.append(1)
+                if len(b_calls) == 3:  # b's first call of round 2
+                    raise RuntimeError("CUDA error: an illegal memory access\nsecond line")
+            log.append(name)
+
+        return fn
+
+    group = ("kernel", "1x8192", "fwd")
+    rows = {name: row(group, name, None) for name in "abc"}
+    gdn._time_group([(rows[name], call(name)) for name in "abc"], plan)
+    # round 1: a b c; round 2 starts one later (b c a) and b fails at once; round 3: the two left, a c
+    assert log == ["a", "a", "b", "b", "c", "c", "c", "c", "a", "a", "a", "a", "c", "c"]
+    assert rows["b"].status == "error" and rows["b"].reason == "RuntimeError: CUDA error: an illegal memory access"
+    assert rows["b"].median_ms is None
+    assert rows["a"].iters == rows["c"].iters == 6 and rows["a"].timer == "perf_counter"
+    assert rows["a"].median_ms is not None and rows["a"].tokens_per_s > 0
 
 
 # ---------------------------------------------------------------- unavailable backends
