@@ -19,10 +19,13 @@ import warnings
 from datetime import UTC, datetime
 
 VARIANTS = ("unwrapped", "always", "whitelist", "first-use", "off")
+# The default policy with the ProcessGroup methods wrapped too (`install(methods=True)`): a
+# second wrapper on the path of every module-level call, timed to show what it costs.
+WITH_METHODS = "first-use+methods"
 # The unwrapped call timed a second time, as a variant of its own: its ratio to the first
 # (an A/A comparison) is the harness's resolution, below which no difference is real.
 AGAIN = "unwrapped again"
-TIMED = (*VARIANTS, AGAIN)
+TIMED = (*VARIANTS, WITH_METHODS, AGAIN)
 MODES = ("latency", "back-to-back")
 OPS = (
     "all_reduce",
@@ -120,6 +123,8 @@ def _set_variant(variant: str) -> None:
 
     if variant in ("unwrapped", AGAIN):
         comm_guard.uninstall()
+    elif variant == WITH_METHODS:
+        comm_guard.install("first-use", methods=True)
     else:
         comm_guard.install(variant)
 

@@ -1,7 +1,7 @@
 """Memory check before torch.distributed collectives, with slime's skip list and a steady-state-free policy.
 
-`install()` wraps torch.distributed's collectives and point-to-point calls (and the
-ProcessGroup methods) so that, when the policy says so, a probe of free GPU memory
+`install()` wraps torch.distributed's collectives and point-to-point calls (and, with
+`methods=True`, the ProcessGroup methods) so that, when the policy says so, a probe of free GPU memory
 runs first; below the threshold the guard synchronizes, collects garbage and
 empties PyTorch's CUDA cache, so that NCCL finds room for communicator buffers.
 docs/en/comm_guard.md explains the policies and how to choose one.
@@ -11,6 +11,7 @@ from slime_flashqla.comm_guard.guard import (
     active_policy,
     install,
     is_installed,
+    methods_guarded,
     rearm,
     reset_stats,
     stats,
@@ -29,6 +30,7 @@ __all__ = [
     "active_policy",
     "install",
     "is_installed",
+    "methods_guarded",
     "probe",
     "rearm",
     "reset_stats",

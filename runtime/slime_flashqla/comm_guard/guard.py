@@ -31,10 +31,19 @@ class _State:
 
 
 _STATE = _State()
+_CODE: list[int | None] = [None]  # _STATE.code, where the wrappers read it
 _LOCK = threading.Lock()
-_COUNTS: dict[str, list[int]] = {}  # op name -> [checked, skipped, cleared]
-_SEEN: dict[str, set] = {}  # op name -> `first-use` keys (group id[, peer]) probed since the last re-arm
+_COUNTS: dict[str, list[int]] = {}  # op name -> [checked, skipped, cleared] (skipped: see _SKIPPED)
+# Per wrapper: (op name, read, reset) of the skip count it keeps in its own closure; a
+# closure variable is the cheapest counter on the steady-state path (docs/en/comm_guard.md).
+_SKIPPED: list[tuple[str, Callable[[], int], Callable[[], None]]] = []
+# op name -> `first-use` keys probed since the last re-arm: the group object itself (a set
+# lookup needs no id() call), with the peer for point-to-point ops. Holding the group until
+# the next re-arm also means its id() cannot be reused by a new group meanwhile.
+_SEEN: dict[str, set] = {}
 _PATCHES: list[tuple[object, str, object, object]] = []  # (owner, name, original, wrapper)
+_METHOD_PATCHES: list[tuple[object, str, object, object]] = []  # the same, for ProcessGroup methods
+_WRAPPERS: dict[tuple[int, str], tuple[Callable, Callable]] = {}  # (id(owner), name) -> (original, wrapper)
 _PROBE_FAILED = [False]
 _ORIGINAL_ATTR = "__slime_flashqla_original__"
 
@@ -91,7 +100,7 @@ def _module_key(func: Callable, op_name: str) -> tuple[int, str] | Callable[[tup
 
         def batch_key(args: tuple, kwargs: dict) -> object:
             p2p_ops = args[0] if args else kwargs.get("p2p_op_list", ())
-            return tuple((id(op.group), op.peer) for op in p2p_ops)
+            return tuple((op.group, op.peer) for op in p2p_ops)
 
         return batch_key
     gi, gname = _param_index(func, ("group",)) or (1 << 30, "group")
@@ -104,7 +113,7 @@ def _module_key(func: Callable, op_name: str) -> tuple[int, str] | Callable[[tup
         group = args[gi] if len(args) > gi else kwargs.get(gname)
         # torch accepts the peer under its global or group-rank name: key on whichever was given
         peer_val = args[pi] if len(args) > pi else kwargs.get(pname, kwargs.get("group_" + pname))
-        return (id(group), peer_val)
+        return (group, peer_val)
 
     return p2p_key
 
@@ -112,7 +121,7 @@ def _module_key(func: Callable, op_name: str) -> tuple[int, str] | Callable[[tup
 def _method_key(op_name: str) -> tuple[int, str] | Callable[[tuple, dict], object]:
     """How `first-use` keys calls of a ProcessGroup method: by self, and the peer for send/recv."""
     if op_name in ("send", "recv"):  # (self, tensors, peer, tag)
-        return lambda args, kwargs: (id(args[0]), args[2] if len(args) > 2 else None)
+        return lambda args, kwargs: (args[0], args[2] if len(args) > 2 else None)
     return 0, "self"
 
 
@@ -120,38 +129,87 @@ def _guarded(original: Callable, op_name: str, key, call: Callable, is_method: b
     """Wrap one torch.distributed callable so each call runs the policy's check first."""
     counts = _counts(op_name)
     skippable = op_name in ops.SKIP_OPS
-    state = _STATE
+    code_cell = _CODE  # a list item: cheaper to read on every call than an attribute
     seen = _SEEN.setdefault(op_name, set())  # keys of this op probed since the last re-arm
-    # The common case, a key that is just the group argument, is computed inline:
-    # a key-function call would double the steady-state cost of `first-use`.
+    # The steady state of `first-use` with a key that is just the group argument is inlined
+    # below with as few bytecodes as possible: around a real collective each one costs tens
+    # of machine instructions (docs/en/comm_guard.md, "What the wrapper costs").
     key_fn, gi, gname = (key, -1, "") if callable(key) else (None, *key)
     getframe, c10d_globals = sys._getframe, sys.modules["torch.distributed.distributed_c10d"].__dict__
+    skipped = 0
 
-    @functools.wraps(original)
-    def wrapper(*args, **kwargs):
-        code = state.code
-        # A ProcessGroup method called from distributed_c10d's own code runs inside a
-        # torch.distributed function whose module-level wrapper already decided; checking
-        # the caller's frame is cheaper than a thread-local depth counter on every call.
-        if code is None or (is_method and getframe(1).f_globals is c10d_globals):
-            return call(*args, **kwargs)
-        if code == 0 or (code == 2 and skippable):
-            counts[1] += 1
-        elif code == 3:
-            k = id(args[gi] if len(args) > gi else kwargs.get(gname)) if key_fn is None else key_fn(args, kwargs)
-            if k in seen:
-                counts[1] += 1
-            else:
-                seen.add(k)
-                _check(counts)
+    def first_use(args: tuple, kwargs: dict) -> None:
+        nonlocal skipped
+        k = key_fn(args, kwargs) if key_fn is not None else (args[gi] if len(args) > gi else kwargs.get(gname))
+        if k in seen:
+            skipped += 1
+        else:
+            seen.add(k)
+            _check(counts)
+
+    def decide(code: int, args: tuple, kwargs: dict) -> None:
+        nonlocal skipped
+        if code == 3:
+            first_use(args, kwargs)
+        elif code == 0 or (code == 2 and skippable):
+            skipped += 1
         else:
             _check(counts)
+
+    def annotated(args: tuple, kwargs: dict):
         try:
             return call(*args, **kwargs)
         except Exception as exc:
             _annotate(exc, op_name)
             raise
 
+    if is_method:
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            code = code_cell[0]
+            # A ProcessGroup method called from distributed_c10d's own code runs inside a
+            # torch.distributed function whose module-level wrapper already decided.
+            if code is None or getframe(1).f_globals is c10d_globals:
+                return call(*args, **kwargs)
+            decide(code, args, kwargs)
+            return annotated(args, kwargs)
+
+    elif key_fn is None:
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            nonlocal skipped
+            if code_cell[0] == 3 and (args[gi] if len(args) > gi else kwargs.get(gname)) in seen:
+                skipped += 1  # first-use, steady state: the default policy's common case
+            elif code_cell[0] is None:
+                return call(*args, **kwargs)
+            else:
+                decide(code_cell[0], args, kwargs)
+            try:
+                return call(*args, **kwargs)
+            except Exception as exc:
+                _annotate(exc, op_name)
+                raise
+
+    else:
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            code = code_cell[0]
+            if code is None:
+                return call(*args, **kwargs)
+            decide(code, args, kwargs)
+            return annotated(args, kwargs)
+
+    def read() -> int:
+        return skipped
+
+    def reset() -> None:
+        nonlocal skipped
+        skipped = 0
+
+    _SKIPPED.append((op_name, read, reset))
     setattr(wrapper, _ORIGINAL_ATTR, original)
     return wrapper
 
@@ -187,29 +245,54 @@ def _p2pop_unwrapping(original: Callable) -> Callable:
     return wrapper
 
 
-def _patch_all() -> None:
-    """Replace torch.distributed's functions and ProcessGroup's methods with guarded ones."""
+def _cached_guard(owner: object, name: str, func: Callable, build: Callable[[], Callable]) -> Callable:
+    """The guard wrapper of `func`, built once per process and reused by every later install.
+
+    Reuse keeps one skip counter per wrapped function, so a wrapper someone captured during
+    an earlier install still counts where `stats()` looks.
+    """
+    key = (id(owner), name)
+    cached = _WRAPPERS.get(key)
+    if cached is None or cached[0] is not func:
+        cached = _WRAPPERS[key] = (func, build())
+    return cached[1]
+
+
+def _patch(patches: list, owner: object, name: str, wrapper: Callable, original: object) -> None:
+    setattr(owner, name, wrapper)
+    patches.append((owner, name, original, wrapper))
+
+
+def _patch_methods() -> None:
+    """Replace ProcessGroup's communication methods with guarded ones."""
     import torch.distributed as dist
 
-    def patch(owner: object, name: str, wrapper: Callable, original: object) -> None:
-        setattr(owner, name, wrapper)
-        _PATCHES.append((owner, name, original, wrapper))
-
-    for name in ops.MODULE_OPS:
-        func = getattr(dist, name, None)
-        if callable(func):
-            patch(dist, name, _guarded(func, name, _module_key(func, name), func, False), func)
-    for name in ops.LIFECYCLE_OPS:
-        func = getattr(dist, name, None)
-        if callable(func):
-            patch(dist, name, _lifecycle(func), func)
     pg = dist.ProcessGroup
     for name in ops.PG_METHODS:
         raw = pg.__dict__.get(name)  # the class-dict object, restored as is by uninstall
         if raw is None:
             continue
         func = getattr(pg, name)
-        patch(pg, name, _guarded(func, name, _method_key(name), func, True), raw)
+        build = functools.partial(_guarded, func, name, _method_key(name), func, True)
+        _patch(_METHOD_PATCHES, pg, name, _cached_guard(pg, name, func, build), raw)
+
+
+def _patch_all() -> None:
+    """Replace torch.distributed's functions (and P2POp's constructor) with guarded ones."""
+    import torch.distributed as dist
+
+    def patch(owner: object, name: str, wrapper: Callable, original: object) -> None:
+        _patch(_PATCHES, owner, name, wrapper, original)
+
+    for name in ops.MODULE_OPS:
+        func = getattr(dist, name, None)
+        if callable(func):
+            build = functools.partial(_guarded, func, name, _module_key(func, name), func, False)
+            patch(dist, name, _cached_guard(dist, name, func, build), func)
+    for name in ops.LIFECYCLE_OPS:
+        func = getattr(dist, name, None)
+        if callable(func):
+            patch(dist, name, _lifecycle(func), func)
     for name in ("__new__", "__init__"):
         raw = dist.P2POp.__dict__.get(name)
         if raw is None:  # a torch without this override has nothing to unwrap there
@@ -219,11 +302,11 @@ def _patch_all() -> None:
         patch(dist.P2POp, name, staticmethod(wrapped) if name == "__new__" else wrapped, raw)
 
 
-def _unpatch_all() -> list[str]:
-    """Restore every original object; return names someone else had re-patched meanwhile."""
+def _unpatch(patches: list) -> list[str]:
+    """Restore the original objects of `patches`; return names someone else had re-patched meanwhile."""
     foreign = []
-    while _PATCHES:
-        owner, name, original, wrapper = _PATCHES.pop()
+    while patches:
+        owner, name, original, wrapper = patches.pop()
         current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
         if isinstance(current, staticmethod):
             current = current.__func__
@@ -236,7 +319,14 @@ def _unpatch_all() -> list[str]:
     return foreign
 
 
-def install(policy: str | None = None, threshold_gb: float = 3.0, probe: Callable | None = None) -> str:
+def _unpatch_all() -> list[str]:
+    """Restore every original object; return names someone else had re-patched meanwhile."""
+    return _unpatch(_METHOD_PATCHES) + _unpatch(_PATCHES)
+
+
+def install(
+    policy: str | None = None, threshold_gb: float = 3.0, probe: Callable | None = None, *, methods: bool = False
+) -> str:
     """Wrap torch.distributed's collectives with the memory guard and return the active policy."""
     resolved = _policy.resolve_policy(policy)
     if (
@@ -248,6 +338,8 @@ def install(policy: str | None = None, threshold_gb: float = 3.0, probe: Callabl
         raise ValueError(f"comm guard: threshold_gb must be a finite number >= 0 (GiB), got {threshold_gb!r}")
     if probe is not None and not callable(probe):
         raise TypeError(f"comm guard: probe must be a callable returning free bytes or None, got {probe!r}")
+    if not isinstance(methods, bool):
+        raise TypeError(f"comm guard: methods must be True or False, got {methods!r}")
     import torch.distributed
 
     if not torch.distributed.is_available():
@@ -255,33 +347,46 @@ def install(policy: str | None = None, threshold_gb: float = 3.0, probe: Callabl
     with _LOCK:
         if not _PATCHES:
             _patch_all()
+        if methods and not _METHOD_PATCHES:
+            _patch_methods()
+        elif not methods and _METHOD_PATCHES:
+            _warn_foreign(_unpatch(_METHOD_PATCHES))
         _STATE.policy = resolved
         _STATE.probe = probe if probe is not None else memory.probe
         _STATE.threshold_bytes = int(threshold_gb * memory.GIB)
         _rearm()
-        _STATE.code = _CODES[resolved]
+        _STATE.code = _CODE[0] = _CODES[resolved]
     return resolved
 
 
 def uninstall() -> None:
     """Put torch.distributed's original functions back; a no-op when not installed."""
     with _LOCK:
-        _STATE.code = None  # wrappers someone still holds now pass straight through
+        _STATE.code = _CODE[0] = None  # wrappers someone still holds now pass straight through
         _STATE.policy = None
         foreign = _unpatch_all()
         _rearm()
+    _warn_foreign(foreign)
+
+
+def _warn_foreign(foreign: list[str]) -> None:
     if foreign:
         warnings.warn(
             "slime_flashqla.comm_guard: left in place because something re-patched them after install "
             f"(their guard is now inactive): {', '.join(foreign)}",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
 
 
 def is_installed() -> bool:
     """True while the guard's wrappers are in place."""
     return bool(_PATCHES)
+
+
+def methods_guarded() -> bool:
+    """True while ProcessGroup's methods are wrapped too (`install(methods=True)`)."""
+    return bool(_METHOD_PATCHES)
 
 
 def active_policy() -> str | None:
@@ -302,20 +407,28 @@ def _rearm() -> None:
 
 def stats() -> dict[str, dict[str, int]]:
     """Return op name -> {"checked", "skipped", "cleared"} for every op called since the last reset."""
-    return {
-        name: {"checked": c[0], "skipped": c[1], "cleared": c[2]} for name, c in sorted(_COUNTS.items()) if c[0] or c[1]
-    }
+    skipped: dict[str, int] = {}
+    for name, read, _ in _SKIPPED:
+        skipped[name] = skipped.get(name, 0) + read()
+    out = {}
+    for name, c in sorted(_COUNTS.items()):
+        n_skipped = c[1] + skipped.get(name, 0)
+        if c[0] or n_skipped:
+            out[name] = {"checked": c[0], "skipped": n_skipped, "cleared": c[2]}
+    return out
 
 
 def reset_stats() -> None:
     """Zero every counter (the wrappers keep their counter objects)."""
     for c in _COUNTS.values():
         c[:] = [0, 0, 0]
+    for _, _, reset in _SKIPPED:
+        reset()
 
 
 def _after_fork_in_child() -> None:
     """Start a forked child clean: originals back, counters at zero."""
-    _STATE.code = None
+    _STATE.code = _CODE[0] = None
     _STATE.policy = None
     _unpatch_all()
     _rearm()

@@ -30,12 +30,13 @@ def test_bench_comm_gloo_two_ranks(tmp_path, monkeypatch, capfd):
         for mode in comm.MODES:
             assert all(us > 0 for us in row["median_us"][mode].values()), row
             assert set(row["median_us"][mode]) == set(comm.TIMED)
-            assert set(row["ratio"][mode]) == {"always", "whitelist", "first-use", "off", comm.AGAIN}
+            assert set(row["ratio"][mode]) == {"always", "whitelist", "first-use", "off", comm.WITH_METHODS, comm.AGAIN}
         names = {"isend+irecv": ["isend", "irecv"]}.get(row["op"], [row["op"]])
         for name in names:
             # timed calls only (after warm-up): `always` probes each, `first-use` none, `off` none
             assert row["stats"]["always"][name] == {"checked": calls, "skipped": 0, "cleared": 0}
             assert row["stats"]["first-use"][name] == {"checked": 0, "skipped": calls, "cleared": 0}
+            assert row["stats"][comm.WITH_METHODS][name] == {"checked": 0, "skipped": calls, "cleared": 0}
             assert row["stats"]["off"][name] == {"checked": 0, "skipped": calls, "cleared": 0}
             whitelisted = name in {"all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"}
             skipped = whitelisted or name in {"barrier", "isend", "irecv"}

@@ -124,13 +124,21 @@ def test_install_wraps_with_metadata_and_uninstall_restores_the_originals():
             original.__module__,
         )
         assert inspect.signature(wrapper) == inspect.signature(original)
-    for name in ops.PG_METHODS:
-        if ("pg", name) in before:
-            assert dist.ProcessGroup.__dict__[name] is not before[("pg", name)]
+    pg_names = [name for name in ops.PG_METHODS if ("pg", name) in before]
+    assert pg_names and not comm_guard.methods_guarded()
+    assert all(dist.ProcessGroup.__dict__[name] is before[("pg", name)] for name in pg_names)  # opt-in
+    comm_guard.install(methods=True)
+    assert comm_guard.methods_guarded()
+    for name in pg_names:
+        assert dist.ProcessGroup.__dict__[name] is not before[("pg", name)]
     first = _snapshot()
-    comm_guard.install("always")  # a second install re-configures, never wraps twice
+    comm_guard.install("always", methods=True)  # a second install re-configures, never wraps twice
     assert _snapshot() == first
     assert comm_guard.active_policy() == "always"
+    comm_guard.install("always")  # ...and takes the methods' wrappers off again when not asked for
+    assert all(dist.ProcessGroup.__dict__[name] is before[("pg", name)] for name in pg_names)
+    comm_guard.install("always", methods=True)
+    assert _snapshot() == first  # the same wrapper objects as before, not new ones
     comm_guard.uninstall()
     after = _snapshot()
     assert all(after[k] is before[k] for k in before)

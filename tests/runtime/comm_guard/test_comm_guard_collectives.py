@@ -41,7 +41,7 @@ def _unwrapped_then_guarded(rank: int, world: int) -> dict:
         result["pg_plain"][name] = run_op(fn)
     originals = {name: getattr(dist, name) for name in ops.MODULE_OPS if hasattr(dist, name)}
 
-    comm_guard.install("always", probe=probe)
+    comm_guard.install("always", probe=probe, methods=True)
     result["all_wrapped"] = all(
         getattr(dist, name) is not fn and getattr(dist, name).__wrapped__ is fn for name, fn in originals.items()
     )

@@ -36,7 +36,7 @@ def _failures(rank: int, world: int) -> dict:
     out = {}
     for name, fn in (("broadcast", bad_broadcast), ("all_gather", bad_all_gather), ("pg", bad_pg_broadcast)):
         plain = outcome(fn)
-        comm_guard.install("always", probe=lambda: None)
+        comm_guard.install("always", probe=lambda: None, methods=True)
         guarded = outcome(fn)
         comm_guard.uninstall()
         out[name] = (plain, guarded)

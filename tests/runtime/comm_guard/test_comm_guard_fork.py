@@ -33,7 +33,7 @@ def _child_view(queue) -> None:
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_child_process_starts_clean(start_method):
-    comm_guard.install("always", probe=lambda: 64 * GIB)
+    comm_guard.install("always", probe=lambda: 64 * GIB, methods=True)
     comm_guard.stats()  # the parent's counters exist...
     comm_guard.guard._counts("all_reduce")[0] = 5  # ...and are non-zero
     ctx = mp.get_context(start_method)

@@ -51,12 +51,12 @@ def _steady_sequence(rank: int, world: int) -> None:
             w.wait()
 
 
-def _per_policy(rank: int, world: int) -> dict:
+def _per_policy(rank: int, world: int, methods: bool = True) -> dict:
     """Run the steady sequence under each policy; return stats and probe calls per policy."""
     out = {}
     for policy in comm_guard.POLICIES:
         probe = CountingProbe(64 * GIB)
-        comm_guard.install(policy, probe=probe)
+        comm_guard.install(policy, probe=probe, methods=methods)
         comm_guard.reset_stats()
         _steady_sequence(rank, world)
         out[policy] = {"stats": comm_guard.stats(), "probes": probe.calls}
@@ -117,6 +117,19 @@ def test_probe_counts_per_policy():
             got = result[policy]
             assert got["stats"] == expected, f"rank {rank}, policy {policy}"
             assert got["probes"] == sum(s["checked"] for s in expected.values()), f"rank {rank}, {policy}"
+
+
+def _per_policy_without_methods(rank: int, world: int) -> dict:
+    return _per_policy(rank, world, methods=False)
+
+
+def test_direct_process_group_calls_pass_unguarded_unless_methods_are_asked_for():
+    for rank, result in enumerate(run_world(_per_policy_without_methods, 2)):
+        for policy, expected in EXPECTED.items():
+            without = {name: s for name, s in expected.items() if name != "allreduce"}
+            got = result[policy]
+            assert got["stats"] == without, f"rank {rank}, policy {policy}"
+            assert got["probes"] == sum(s["checked"] for s in without.values()), f"rank {rank}, {policy}"
 
 
 def _rearm_events(rank: int, world: int) -> dict:
