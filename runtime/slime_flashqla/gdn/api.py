@@ -105,9 +105,9 @@ def choose_backend(shape: GDNShape, dtype: torch.dtype, device: torch.device, ba
     """The backend `auto` runs for these inputs, with the reason (runs no kernel)."""
     if device.type != "cuda":
         return BackendChoice("torch", f"inputs are on {device.type}; FLA and FlashQLA run on CUDA only")
-    # One rule for every shape: on an H200, FlashQLA with GVA was the fastest or within 1.4%
-    # of the fastest variant on every benchmarked packed batch from 4096 to 32768 tokens, and
-    # FLA never won (docs/benchmarks.md), so `auto` does not switch by shape.
+    # One rule for every shape: on an H200, a FlashQLA-with-GVA variant was the fastest on every
+    # benchmarked packed batch from 4096 to 32768 tokens, kernel and layer, and FLA never won
+    # (docs/benchmarks.md), so `auto` does not switch by shape.
     ok, why = KERNEL_BACKENDS["flashqla"].supports(shape, dtype, device, backward)
     if ok:
         return BackendChoice("flashqla", why)
