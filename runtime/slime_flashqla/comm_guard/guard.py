@@ -21,19 +21,20 @@ _CODES = {_policy.OFF: 0, _policy.ALWAYS: 1, _policy.WHITELIST: 2, _policy.FIRST
 class _State:
     """Process-wide configuration the wrappers read on every call."""
 
-    __slots__ = ("code", "policy", "probe", "threshold_bytes")
+    __slots__ = ("policy", "probe", "threshold_bytes")
 
     def __init__(self) -> None:
-        self.code: int | None = None  # None: not installed, wrappers pass straight through
         self.policy: str | None = None
         self.probe: Callable[[], int | None] = memory.probe
         self.threshold_bytes = 0
 
 
 _STATE = _State()
-_CODE: list[int | None] = [None]  # _STATE.code, where the wrappers read it
+# The policy's code, or None when not installed (wrappers then pass straight through). A
+# list item, not an attribute of _STATE: the wrappers read it on every call, and that is cheaper.
+_CODE: list[int | None] = [None]
 _LOCK = threading.Lock()
-_COUNTS: dict[str, list[int]] = {}  # op name -> [checked, skipped, cleared] (skipped: see _SKIPPED)
+_COUNTS: dict[str, list[int]] = {}  # op name -> [checked, cleared]; skips are counted in _SKIPPED
 # Per wrapper: (op name, read, reset) of the skip count it keeps in its own closure; a
 # closure variable is the cheapest counter on the steady-state path (docs/en/comm_guard.md).
 _SKIPPED: list[tuple[str, Callable[[], int], Callable[[], None]]] = []
@@ -50,7 +51,7 @@ _ORIGINAL_ATTR = "__slime_flashqla_original__"
 
 def _counts(op_name: str) -> list[int]:
     """Return the mutable counter list of one op, creating it at zero."""
-    return _COUNTS.setdefault(op_name, [0, 0, 0])
+    return _COUNTS.setdefault(op_name, [0, 0])
 
 
 def _check(counts: list[int]) -> None:
@@ -60,7 +61,7 @@ def _check(counts: list[int]) -> None:
         free = _STATE.probe()
         if free is not None and free < _STATE.threshold_bytes:
             memory.free_cached_memory()
-            counts[2] += 1
+            counts[1] += 1
     except Exception as exc:  # the guard is advisory: a failing probe must not break the collective
         if not _PROBE_FAILED[0]:
             _PROBE_FAILED[0] = True
@@ -129,7 +130,7 @@ def _guarded(original: Callable, op_name: str, key, call: Callable, is_method: b
     """Wrap one torch.distributed callable so each call runs the policy's check first."""
     counts = _counts(op_name)
     skippable = op_name in ops.SKIP_OPS
-    code_cell = _CODE  # a list item: cheaper to read on every call than an attribute
+    code_cell = _CODE
     seen = _SEEN.setdefault(op_name, set())  # keys of this op probed since the last re-arm
     # The steady state of `first-use` with a key that is just the group argument is inlined
     # below with as few bytecodes as possible: around a real collective each one costs tens
@@ -355,14 +356,14 @@ def install(
         _STATE.probe = probe if probe is not None else memory.probe
         _STATE.threshold_bytes = int(threshold_gb * memory.GIB)
         _rearm()
-        _STATE.code = _CODE[0] = _CODES[resolved]
+        _CODE[0] = _CODES[resolved]
     return resolved
 
 
 def uninstall() -> None:
     """Put torch.distributed's original functions back; a no-op when not installed."""
     with _LOCK:
-        _STATE.code = _CODE[0] = None  # wrappers someone still holds now pass straight through
+        _CODE[0] = None  # wrappers someone still holds now pass straight through
         _STATE.policy = None
         foreign = _unpatch_all()
         _rearm()
@@ -412,23 +413,23 @@ def stats() -> dict[str, dict[str, int]]:
         skipped[name] = skipped.get(name, 0) + read()
     out = {}
     for name, c in sorted(_COUNTS.items()):
-        n_skipped = c[1] + skipped.get(name, 0)
+        n_skipped = skipped.get(name, 0)
         if c[0] or n_skipped:
-            out[name] = {"checked": c[0], "skipped": n_skipped, "cleared": c[2]}
+            out[name] = {"checked": c[0], "skipped": n_skipped, "cleared": c[1]}
     return out
 
 
 def reset_stats() -> None:
     """Zero every counter (the wrappers keep their counter objects)."""
     for c in _COUNTS.values():
-        c[:] = [0, 0, 0]
+        c[:] = [0, 0]
     for _, _, reset in _SKIPPED:
         reset()
 
 
 def _after_fork_in_child() -> None:
     """Start a forked child clean: originals back, counters at zero."""
-    _STATE.code = _CODE[0] = None
+    _CODE[0] = None
     _STATE.policy = None
     _unpatch_all()
     _rearm()
