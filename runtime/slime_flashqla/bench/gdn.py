@@ -104,6 +104,11 @@ class Plan:
     rounds: int = 1
 
     @property
+    def rounds_used(self) -> int:
+        """The rounds the timed calls really fall into (never more than the calls)."""
+        return len(round_sizes(self.iters, self.rounds))
+
+    @property
     def num_rows(self) -> int:
         return len(self.levels) * len(self.shapes) * len(self.heads) * len(self.modes) * len(self.variants)
 
@@ -528,12 +533,12 @@ def _time_group(entries: list, plan: Plan) -> None:
     taken: dict[int, list[float]] = {id(row): [] for row, _ in entries}
     live = list(entries)
     for r, size in enumerate(round_sizes(plan.iters, plan.rounds)):
+        if not live:
+            break
         # The order rotates from round to round: neither drift (clocks, temperature, the
         # host's other work) nor going first or last favours one variant of the group.
-        shift = r % len(live) if live else 0
+        shift = r % len(live)
         for row, call in live[shift:] + live[:shift]:
-            if row.status != "ok":
-                continue
             try:
                 taken[id(row)] += samples(call, plan.device, size)
             except Exception as error:  # one failing variant must not lose the rest of the group
@@ -701,7 +706,7 @@ def settings(plan: Plan) -> dict:
         "hidden_size": plan.hidden_size,
         "warmup": plan.warmup,
         "iters": plan.iters,
-        "rounds": len(round_sizes(plan.iters, plan.rounds)),
+        "rounds": plan.rounds_used,
         "seed": plan.seed,
         "dtype": f"{plan.dtype} q/k/v/beta and layer, float32 g",
         "use_qk_l2norm_in_kernel": True,
@@ -849,7 +854,7 @@ def markdown_report(rows: list[Row], summary: list[dict], env: dict, plan: Plan)
         "",
         f"torch {env['torch']} (CUDA {env['torch_cuda']}), {packages}; {plan.dtype}, K = V = {plan.head_dim}, "
         f"layer hidden {plan.hidden_size}; median of {plan.iters} calls after {plan.warmup} warm-up calls, "
-        f"in {len(round_sizes(plan.iters, plan.rounds))} rounds that interleave the variants of a shape.",
+        f"in {plan.rounds_used} rounds that interleave the variants of a shape.",
         "",
         f"Command: `{env['command']}`",
         "",
@@ -992,8 +997,7 @@ def main(args: argparse.Namespace) -> int:
     add_speedups(rows)
     summary = auto_summary(rows)
     where = env["gpu"] or f"CPU ({env['cpu']})"
-    rounds = len(round_sizes(plan.iters, plan.rounds))
-    title = f"bench gdn on {where}: median of {plan.iters} calls in {rounds} rounds"
+    title = f"bench gdn on {where}: median of {plan.iters} calls in {plan.rounds_used} rounds"
     print_table(console, title, TABLE_HEADERS, table_cells(rows))
     if summary:
         hits = sum(item["within_target"] for item in summary)

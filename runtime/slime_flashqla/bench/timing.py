@@ -74,11 +74,3 @@ def summarize(values: list[float], device: torch.device, *, warmup: int) -> Timi
         warmup=warmup,
         timer=timer_name(device),
     )
-
-
-def measure(fn: Callable[[], object], device: torch.device, *, warmup: int, iters: int) -> Timing:
-    """Run `fn` warmup times untimed, then iters times timed; return the median and range."""
-    if iters < 1:
-        raise ValueError(f"iters must be >= 1, got {iters}")
-    warm(fn, device, warmup)
-    return summarize(samples(fn, device, iters), device, warmup=warmup)

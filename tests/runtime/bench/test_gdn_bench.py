@@ -12,7 +12,7 @@ import torch
 
 from slime_flashqla.bench import gdn
 from slime_flashqla.bench.gdn_shapes import HeadConfig, ShapeError, parse_heads, parse_shape, parse_shapes
-from slime_flashqla.bench.timing import measure
+from slime_flashqla.bench.timing import samples, summarize, warm
 from slime_flashqla.gdn import flashqla_runtime_status
 
 # Tiny sizes: the pipeline is what is tested here, not the speed of the torch reference.
@@ -361,7 +361,9 @@ def test_cpu_timer_takes_the_median_of_the_timed_calls():
         calls.append(1)
         time.sleep(0.002)
 
-    timing = measure(fn, torch.device("cpu"), warmup=2, iters=5)
+    cpu = torch.device("cpu")
+    warm(fn, cpu, 2)
+    timing = summarize(samples(fn, cpu, 5), cpu, warmup=2)
     assert len(calls) == 7
     assert timing.iters == 5 and timing.timer == "perf_counter"
     assert 2.0 <= timing.min_ms <= timing.median_ms <= timing.max_ms
