@@ -11,6 +11,7 @@ import torch
 from slime_flashqla.gdn.backends import KERNEL_BACKENDS, needs_backward
 from slime_flashqla.gdn.errors import FlashQLAUnavailableError
 from slime_flashqla.gdn.inputs import GDNShape, check_inputs
+from slime_flashqla.gdn.qk_l2norm import l2norm_qk
 
 logger = logging.getLogger("slime_flashqla.gdn")
 
@@ -38,8 +39,6 @@ def _launch(name: str, shape: GDNShape, q, k, v, g, beta, **kwargs):
     if group > 1 and not backend.supports_gva:
         q, k = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
     if name == "flashqla":
-        from slime_flashqla.gdn.qk_l2norm import l2norm_qk
-
         q, k, kwargs = l2norm_qk(q, k, kwargs)
         # FlashQLA's TileLang kernels take dense strides; slices of a fused projection are not.
         q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
