@@ -1,0 +1,41 @@
+"""Which kernel packages `first_step` imports up front, and that it imports nothing else."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from slime_flashqla.gdn.packages import is_installed
+from slime_flashqla.kernel_imports import import_kernel_packages, kernel_imports
+
+
+def test_torch_backend_imports_no_kernel_package():
+    assert kernel_imports("torch") == []
+    assert import_kernel_packages("torch") == {}
+
+
+def test_unknown_backend_is_refused_with_the_valid_names():
+    with pytest.raises(ValueError, match="valid names are: flashqla, fla, auto, torch"):
+        kernel_imports("flash")
+
+
+@pytest.mark.parametrize("backend", ["flashqla", "fla", "auto"])
+def test_only_installed_packages_are_listed_layer_ops_first(backend):
+    listed = kernel_imports(backend)
+    assert ("fla layer ops" in listed) == is_installed("fla")
+    assert ("flash_qla kernel" in listed) == (backend in ("flashqla", "auto") and is_installed("flash_qla"))
+    assert ("fla kernel" in listed) == (backend in ("fla", "auto") and is_installed("fla"))
+    if listed and is_installed("fla"):
+        assert listed[0] == "fla layer ops"  # the order the layer's first forward imports them
+
+
+@pytest.mark.skipif(is_installed("fla") or is_installed("flash_qla"), reason="kernel packages are installed here")
+def test_without_kernel_packages_nothing_is_imported():
+    code = (
+        "import sys; from slime_flashqla.kernel_imports import import_kernel_packages as f; "
+        "print(f('auto'), sorted(m for m in ('fla', 'flash_qla', 'tilelang', 'triton') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "{} []"
