@@ -1,5 +1,8 @@
 """The `flashqla` backend normalises q/k with FLA's Triton l2norm, so no torch.compile starts.
 
+It calls FLA's kernels for q and k from one autograd node, past FLA's per-call dispatch; the
+result must be bit-identical to FLA's public `l2norm`.
+
 FlashQLA's own l2norm is `@torch.compile`d: its first call in a process starts Dynamo and
 Inductor, the largest part of a warm first training step (docs/benchmarks.md).
 """
@@ -50,10 +53,21 @@ SCRIPT = textwrap.dedent(
 
     ours = step(get_chunk_gated_delta_rule("flashqla"))
     after_ours = frames()
+
+    # The backend's one autograd node for q and k against FLA's public l2norm on each.
+    from slime_flashqla.gdn.qk_l2norm import _fla_l2norm, _fla_l2norm_fwd_bwd, _qk_function
+    q, k = (inputs[n].detach().clone().requires_grad_() for n in ("q", "k"))
+    dq, dk = torch.randn_like(q), torch.randn_like(k)
+    fused = _qk_function()(q, k)
+    public = (_fla_l2norm()(q), _fla_l2norm()(k))
+    same = [torch.equal(a, b) for a, b in zip(fused, public)]
+    same += [torch.equal(a, b) for a, b in zip(torch.autograd.grad(fused, (q, k), (dq, dk)),
+                                               torch.autograd.grad(public, (q, k), (dq, dk)))]
     import flash_qla
     theirs = step(flash_qla.chunk_gated_delta_rule)
     rel = [((a.double() - b.double()).norm() / b.double().norm()).item() for a, b in zip(ours, theirs)]
-    print(json.dumps({"impl": qk_l2norm_impl(), "frames_after_ours": after_ours,
+    print(json.dumps({"impl": qk_l2norm_impl(), "fused": _fla_l2norm_fwd_bwd() is not None, "same": same,
+                      "frames_after_ours": after_ours,
                       "frames_after_flashqla_own": frames(), "rel": rel}))
     """
 )
@@ -68,6 +82,10 @@ def test_flashqla_backend_starts_no_torch_compile_and_matches_flashqlas_own_l2no
     result = json.loads(done.stdout.strip().splitlines()[-1])
     print(result)
     assert result["impl"] == "fla-triton"
+    # On CUDA no FLA backend replaces its l2norm, so q and k share one autograd node that runs
+    # FLA's own kernels: outputs and gradients are bit-identical to FLA's public l2norm.
+    assert result["fused"] is True
+    assert result["same"] == [True] * 4, result["same"]
     assert result["frames_after_ours"] == 0, "the flashqla backend ran something through torch.compile"
     # The control: FlashQLA's own l2norm does go through torch.compile, so the count can move.
     assert result["frames_after_flashqla_own"] > 0
