@@ -22,9 +22,7 @@ def build(original, code=FIRST_USE, seen=()):
         return ("slow", args, kwargs)
 
     notes = []
-    built = exact_signature_wrapper(
-        original, slow, original, set(seen), [code], lambda exc, op: notes.append(op), "op"
-    )
+    built = exact_signature_wrapper(original, slow, original, set(seen), [code], lambda exc, op: notes.append(op), "op")
     return built, slow_calls, notes
 
 
