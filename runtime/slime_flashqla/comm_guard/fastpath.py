@@ -3,10 +3,10 @@
 A `(*args, **kwargs)` wrapper packs a tuple and a dict on every call and forwards them with
 an unspecialised call; around a 4 KiB NCCL all_reduce that frame is most of what the guard
 costs (docs/en/comm_guard.md, "What the wrapper costs"). A wrapper whose parameters are the
-original's own reads the group argument by name and forwards plain arguments: on one
-all_reduce, 1,616 machine instructions above the unwrapped call against 2,791 for the
-generic wrapper (callgrind). Anything else than the steady state goes to the generic
-wrapper, which keeps the full policy logic.
+original's own reads the group (and, for point-to-point ops, the peer) by name and
+forwards plain arguments: on one all_reduce, 1,657 machine instructions above the unwrapped
+call against 2,791 for the generic wrapper (callgrind). Anything else than the steady state
+goes to the generic wrapper, which keeps the full policy logic.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def factory(call, slow, seen, code_cell, annotate, op_name, {defaults}):
 
     def {name}({params}):
         nonlocal skipped
-        if code_cell[0] == {first_use} and {group} in seen:
+        if code_cell[0] == {first_use} and {key} in seen:
             skipped += 1
             try:
                 return call({args})
@@ -46,7 +46,7 @@ def factory(call, slow, seen, code_cell, annotate, op_name, {defaults}):
 """
 
 
-def _source(name: str, params: list[inspect.Parameter], group: str) -> tuple[str, list[object]] | None:
+def _source(name: str, params: list[inspect.Parameter], key: str) -> tuple[str, list[object]] | None:
     """The factory's source and the default values it binds, or None for a signature it cannot copy."""
     defaults: list[object] = []
     declared, forwarded = [], []
@@ -85,7 +85,7 @@ def _source(name: str, params: list[inspect.Parameter], group: str) -> tuple[str
         name=name,
         params=", ".join(declared),
         args=", ".join(forwarded),
-        group=group,
+        key=key,
         first_use=_FIRST_USE,
         defaults=", ".join(f"_d{i}" for i in range(len(defaults))) or "_unused=None",
     )
@@ -93,20 +93,31 @@ def _source(name: str, params: list[inspect.Parameter], group: str) -> tuple[str
 
 
 def exact_signature_wrapper(
-    original: Callable, slow: Callable, call: Callable, seen: set, code_cell: list, annotate: Callable, op_name: str
+    original: Callable,
+    slow: Callable,
+    call: Callable,
+    seen: set,
+    code_cell: list,
+    annotate: Callable,
+    op_name: str,
+    peer: str | None = None,
 ) -> tuple[Callable, Callable[[], int], Callable[[], None]] | None:
-    """(wrapper, read skips, reset skips) with `original`'s parameters, or None where they cannot be copied."""
+    """(wrapper, read skips, reset skips) with `original`'s parameters, or None where they cannot be copied.
+
+    The steady-state key is the `group` argument, or `(group, <peer>)` for point-to-point ops:
+    what the generic wrapper computes from the same arguments passed by position.
+    """
     try:
         params = list(inspect.signature(original).parameters.values())
     except (TypeError, ValueError):
         return None
-    group = next((p for p in params if p.name == "group"), None)
-    if group is None or group.kind not in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY):
+    named = {p.name: p for p in params if p.kind in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY)}
+    if "group" not in named or (peer is not None and peer not in named):
         return None
     name = getattr(original, "__name__", "")
     if not name.isidentifier() or keyword.iskeyword(name) or name in _RESERVED:
         name = "guarded"
-    built = _source(name, params, group.name)
+    built = _source(name, params, f"(group, {peer})" if peer else "group")
     if built is None:
         return None
     source, defaults = built

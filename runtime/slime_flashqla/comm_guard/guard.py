@@ -210,10 +210,13 @@ def _guarded(original: Callable, op_name: str, key, call: Callable, is_method: b
         nonlocal skipped
         skipped = 0
 
-    if not is_method and key_fn is None:
+    if not is_method and op_name != "batch_isend_irecv":
         # The steady state again, with the original's own parameters instead of *args/**kwargs;
         # every other case falls through to the wrapper above.
-        fast = fastpath.exact_signature_wrapper(original, wrapper, call, seen, code_cell, _annotate, op_name)
+        peer = (_param_index(original, ops.PEER_PARAMS) or (0, None))[1] if op_name in ops.P2P_OPS else None
+        fast = None
+        if op_name not in ops.P2P_OPS or peer is not None:
+            fast = fastpath.exact_signature_wrapper(original, wrapper, call, seen, code_cell, _annotate, op_name, peer)
         if fast is not None:
             wrapper, fast_read, fast_reset = functools.wraps(original)(fast[0]), fast[1], fast[2]
             slow_read, slow_reset = read, reset

@@ -13,7 +13,7 @@ from slime_flashqla.comm_guard.fastpath import exact_signature_wrapper
 FIRST_USE, OFF = 3, 0
 
 
-def build(original, code=FIRST_USE, seen=()):
+def build(original, code=FIRST_USE, seen=(), peer=None):
     """A fast wrapper around `original` whose slow path records that it was taken."""
     slow_calls = []
 
@@ -22,7 +22,8 @@ def build(original, code=FIRST_USE, seen=()):
         return ("slow", args, kwargs)
 
     notes = []
-    built = exact_signature_wrapper(original, slow, original, set(seen), [code], lambda exc, op: notes.append(op), "op")
+    annotate = lambda exc, op: notes.append(op)  # noqa: E731
+    built = exact_signature_wrapper(original, slow, original, set(seen), [code], annotate, "op", peer)
     return built, slow_calls, notes
 
 
@@ -46,6 +47,20 @@ def test_unseen_group_or_other_policy_goes_to_the_generic_wrapper_with_every_arg
     assert slow_calls == [(("t", "sum", "dp", False), {})]  # defaults made explicit, by position
     (wrapper, read, _), slow_calls, _ = build(collective, code=OFF, seen={None})
     assert wrapper("t")[0] == "slow" and read() == 0
+
+
+def test_point_to_point_ops_key_on_group_and_peer():
+    def send(tensor, dst=None, group=None, tag=0, group_dst=None):
+        return ("orig", tensor, dst, group, tag, group_dst)
+
+    (wrapper, read, _), slow_calls, _ = build(send, seen={(None, 1)}, peer="dst")
+    assert wrapper("t", 1) == ("orig", "t", 1, None, 0, None)
+    assert wrapper("t", dst=1, tag=3) == ("orig", "t", 1, None, 3, None)
+    assert read() == 2 and slow_calls == []
+    assert wrapper("t", 0)[0] == "slow"  # another peer: its first use
+    # The generic wrapper gets every argument by position, so it keys the call as (group, dst) too.
+    assert slow_calls == [(("t", 0, None, 0, None), {})]
+    assert build(send, peer="src")[0] is None  # a peer parameter the function does not have
 
 
 def test_a_raising_original_is_annotated_and_re_raised_as_itself():
@@ -83,13 +98,14 @@ def test_signatures_it_cannot_copy_keep_the_generic_wrapper():
         assert build(fn)[0] is None
 
 
-@pytest.mark.parametrize("name", [n for n in ops.MODULE_OPS if n not in ops.P2P_OPS and n != "batch_isend_irecv"])
+@pytest.mark.parametrize("name", [n for n in ops.MODULE_OPS if n != "batch_isend_irecv"])
 def test_every_torch_collective_with_a_group_gets_a_wrapper_with_its_own_parameters(name):
     original = getattr(dist, name, None)
     if original is None:
         pytest.skip(f"this torch has no torch.distributed.{name}")
     params = inspect.signature(original).parameters
-    built = build(original)[0]
+    peer = next((p for p in ops.PEER_PARAMS if p in params), None) if name in ops.P2P_OPS else None
+    built = build(original, peer=peer)[0]
     if "group" not in params:
         assert built is None
         return
