@@ -11,6 +11,7 @@ the first forward+backward apart from the imports.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 
@@ -24,16 +25,10 @@ def _fla_layer_ops() -> None:
     _fla_causal_conv1d(), _fla_rms_norm_gated(), _fla_l2norm()
 
 
-def _flashqla_kernel() -> None:
+def _backend_kernel(name: str) -> None:
     from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 
-    KERNEL_BACKENDS["flashqla"].kernel()
-
-
-def _fla_kernel() -> None:
-    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
-
-    KERNEL_BACKENDS["fla"].kernel()
+    KERNEL_BACKENDS[name].kernel()
 
 
 # What a GDN layer on CUDA imports at its first step, through the very functions it calls:
@@ -41,8 +36,8 @@ def _fla_kernel() -> None:
 # the chosen backend's kernel.
 _LOADERS: dict[str, tuple[str, Callable[[], None]]] = {
     "fla layer ops": ("fla", _fla_layer_ops),
-    "flash_qla kernel": ("flash_qla", _flashqla_kernel),
-    "fla kernel": ("fla", _fla_kernel),
+    "flash_qla kernel": ("flash_qla", functools.partial(_backend_kernel, "flashqla")),
+    "fla kernel": ("fla", functools.partial(_backend_kernel, "fla")),
 }
 _BACKEND_LOADERS = {
     "flashqla": ("fla layer ops", "flash_qla kernel"),
