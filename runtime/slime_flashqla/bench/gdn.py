@@ -37,6 +37,7 @@ BASELINE = "fla-repeat"
 AUTO_TARGET = 1.03  # auto should be within 3% of the fastest variant of its group
 CONV_KERNEL = 4  # Qwen3-Next's linear_conv_kernel_dim
 DTYPES = ("bfloat16", "float16", "float32")
+TIMINGS = ("device", "queued")
 ENV_VARS = ("CUDA_VISIBLE_DEVICES", "FLA_FLASH_QLA", "FLA_DISABLE_BACKEND_DISPATCH")
 
 
@@ -102,6 +103,7 @@ class Plan:
     iters: int
     seed: int
     rounds: int = 1
+    timing: str = "device"  # on a GPU: device (host queued ahead) or queued (see bench.timing)
 
     @property
     def rounds_used(self) -> int:
@@ -135,6 +137,8 @@ class Row:
     iters: int = 0
     warmup: int = 0
     timer: str = ""
+    host_ms: float | None = None  # host time to issue one call (device timing)
+    host_bound_rounds: int = 0  # rounds whose calls the host could not queue ahead of the device
     tokens_per_s: float | None = None
     speedup_vs_fla_repeat: float | None = None
     speedup_vs_fastest: float | None = None
@@ -194,6 +198,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         default=5,
         help="split the timed calls into this many rounds; each round times every variant of a shape in turn, "
         "in a rotating order (default 5)",
+    )
+    parser.add_argument(
+        "--timing",
+        choices=TIMINGS,
+        default="device",
+        help="GPU timing: device = the device's time per call, the host held ahead by a spin kernel, with the "
+        "host's time per call beside it (default); queued = events around calls issued at the host's pace",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs and layer weights")
     parser.add_argument(
@@ -287,6 +298,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
         iters=args.iters,
         rounds=args.rounds,
         seed=args.seed,
+        timing=args.timing,
     )
 
 
@@ -528,9 +540,23 @@ def round_sizes(iters: int, rounds: int) -> list[int]:
 
 def _time_group(entries: list, plan: Plan) -> None:
     """Time every (row, call) of one group in interleaved rounds and fill each row's timing."""
-    from slime_flashqla.bench.timing import samples, summarize
+    from slime_flashqla.bench.timing import device_samples, samples, summarize
 
     taken: dict[int, list[float]] = {id(row): [] for row, _ in entries}
+    host: dict[int, list[float]] = {id(row): [] for row, _ in entries}
+    host_bound: dict[int, int] = {id(row): 0 for row, _ in entries}
+    ahead = plan.device.type == "cuda" and plan.timing == "device"
+
+    def measure(row, call, size: int) -> None:
+        if not ahead:
+            taken[id(row)].extend(samples(call, plan.device, size))
+            return
+        # The last round's host time sizes the next hold; 1 ms per call to begin with.
+        result = device_samples(call, plan.device, size, host[id(row)][-1] if host[id(row)] else 1.0)
+        taken[id(row)].extend(result.device_ms)
+        host[id(row)].append(result.host_ms)
+        host_bound[id(row)] += not result.ahead
+
     live = list(entries)
     for r, size in enumerate(round_sizes(plan.iters, plan.rounds)):
         if not live:
@@ -540,7 +566,7 @@ def _time_group(entries: list, plan: Plan) -> None:
         shift = r % len(live)
         for row, call in live[shift:] + live[:shift]:
             try:
-                taken[id(row)] += samples(call, plan.device, size)
+                measure(row, call, size)
             except Exception as error:  # one failing variant must not lose the rest of the group
                 row.status, row.reason = "error", _error_reason(error)
                 _free_memory(plan.device)
@@ -548,9 +574,16 @@ def _time_group(entries: list, plan: Plan) -> None:
     for row, _ in entries:
         if row.status != "ok":
             continue
-        timing = summarize(taken[id(row)], plan.device, warmup=plan.warmup)
+        timing = summarize(
+            taken[id(row)],
+            plan.device,
+            warmup=plan.warmup,
+            host_ms=host[id(row)] if ahead else None,
+            host_bound_rounds=host_bound[id(row)],
+        )
         row.median_ms, row.min_ms, row.max_ms = timing.median_ms, timing.min_ms, timing.max_ms
         row.iters, row.warmup, row.timer = timing.iters, timing.warmup, timing.timer
+        row.host_ms, row.host_bound_rounds = timing.host_ms, timing.host_bound_rounds
         row.tokens_per_s = row.tokens / (timing.median_ms / 1e3)
 
 
@@ -648,6 +681,9 @@ def auto_summary(rows: list[Row]) -> list[dict]:
                 "fastest_variant": best.variant,
                 "fastest_ms": best.median_ms,
                 "auto_vs_fastest": ratio,
+                "auto_host_ms": auto.host_ms,
+                "fastest_host_ms": best.host_ms,
+                "auto_host_vs_fastest": auto.host_ms / best.host_ms if auto.host_ms and best.host_ms else None,
                 "auto_repeat_qk": auto.auto_repeat_qk,
                 "picked_fastest_backend": auto.auto_backend == best.backend,
                 "picked_fastest_variant": auto.auto_backend == best.backend and same_form,
@@ -707,6 +743,7 @@ def settings(plan: Plan) -> dict:
         "warmup": plan.warmup,
         "iters": plan.iters,
         "rounds": plan.rounds_used,
+        "timing": plan.timing if plan.device.type == "cuda" else "perf_counter",
         "seed": plan.seed,
         "dtype": f"{plan.dtype} q/k/v/beta and layer, float32 g",
         "use_qk_l2norm_in_kernel": True,
@@ -724,6 +761,7 @@ TABLE_HEADERS = (
     "mode",
     "variant",
     "median ms",
+    "host ms",
     "tokens/s",
     "vs fla-repeat",
     "vs fastest",
@@ -748,6 +786,8 @@ def _row_note(row: Row) -> str:
     parts = []
     if row.status == "error":
         parts.append(f"ERROR {row.reason}")
+    if row.host_bound_rounds:
+        parts.append(f"host-bound in {row.host_bound_rounds} round(s): those samples include host time")
     if row.variant == "auto":
         parts.append(f"auto -> {row.auto_backend or '?'}" + (" (repeats q/k)" if row.auto_repeat_qk else ""))
     if row.note:
@@ -770,6 +810,7 @@ def table_cells(rows: list[Row]) -> list[list[str]]:
                 row.mode,
                 row.variant,
                 "-" if row.median_ms is None else f"{row.median_ms:.3f}",
+                "-" if row.host_ms is None else f"{row.host_ms:.3f}",
                 _rate(row.tokens_per_s),
                 _ratio(row.speedup_vs_fla_repeat),
                 _ratio(row.speedup_vs_fastest),
@@ -788,7 +829,17 @@ def skipped_cells(rows: list[Row]) -> list[list[str]]:
     return [[variant, mode, reason] for (variant, mode), reason in seen.items()]
 
 
-AUTO_HEADERS = ("level", "shape", "Hk/Hv", "mode", "auto picked", "fastest", "auto / fastest", "within 3%")
+AUTO_HEADERS = (
+    "level",
+    "shape",
+    "Hk/Hv",
+    "mode",
+    "auto picked",
+    "fastest",
+    "auto / fastest",
+    "within 3%",
+    "host auto / fastest",
+)
 
 
 def auto_cells(summary: list[dict]) -> list[list[str]]:
@@ -803,6 +854,7 @@ def auto_cells(summary: list[dict]) -> list[list[str]]:
             item["fastest_variant"],
             f"{item['auto_vs_fastest']:.3f}",
             "yes" if item["within_target"] else "NO",
+            "-" if item.get("auto_host_vs_fastest") is None else f"{item['auto_host_vs_fastest']:.3f}",
         ]
         for item in summary
     ]
@@ -845,6 +897,17 @@ def _markdown_table(headers, cells) -> list[str]:
     return [line(headers), "|" + "|".join("---" for _ in headers) + "|", *(line(c) for c in cells)]
 
 
+def _timing_sentence(plan: Plan) -> str:
+    if plan.device.type != "cuda":
+        return "host clock (perf_counter) per call."
+    if plan.timing == "device":
+        return (
+            "device time per call from CUDA events, with the calls queued behind a spin kernel so that no "
+            "sample contains host time; host ms = the host's time to issue one call."
+        )
+    return "CUDA events around calls issued at the host's pace (queued timing)."
+
+
 def markdown_report(rows: list[Row], summary: list[dict], env: dict, plan: Plan) -> str:
     """The tables as markdown, headed by the GPU, versions, date and command."""
     packages = ", ".join(f"{name} {version or 'not installed'}" for name, version in env["packages"].items())
@@ -854,7 +917,7 @@ def markdown_report(rows: list[Row], summary: list[dict], env: dict, plan: Plan)
         "",
         f"torch {env['torch']} (CUDA {env['torch_cuda']}), {packages}; {plan.dtype}, K = V = {plan.head_dim}, "
         f"layer hidden {plan.hidden_size}; median of {plan.iters} calls after {plan.warmup} warm-up calls, "
-        f"in {plan.rounds_used} rounds that interleave the variants of a shape.",
+        f"in {plan.rounds_used} rounds that interleave the variants of a shape; {_timing_sentence(plan)}",
         "",
         f"Command: `{env['command']}`",
         "",

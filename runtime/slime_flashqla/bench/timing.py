@@ -1,4 +1,11 @@
-"""Per-call latency samples: CUDA events on a GPU, time.perf_counter on the CPU."""
+"""Per-call latency samples: CUDA events on a GPU, time.perf_counter on the CPU.
+
+On a GPU, `device_samples` holds the device back with a spin kernel while the host queues
+the timed calls, so each event pair brackets the device's own work and nothing of the
+host's: the latency a training step sees when its host runs ahead.  The time the host took
+to queue the calls is measured beside it.  `samples` is the older "queued" timing, where a
+call whose host side is slower than its kernels is timed at the host's pace.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +27,71 @@ class Timing:
     iters: int
     warmup: int
     timer: str
+    host_ms: float | None = None  # host time to issue one call (device timing only)
+    host_bound_rounds: int = 0  # rounds in which the host could not queue the calls ahead of the device
+
+
+@dataclass(frozen=True)
+class DeviceSamples:
+    """One round of `device_samples`: device ms per call, host ms per call, and whether the host stayed ahead."""
+
+    device_ms: list[float]
+    host_ms: float
+    ahead: bool
+
+
+# Spin-kernel cycles per millisecond, per device, measured once (clocks differ between GPUs).
+_cycles_per_ms: dict[int, float] = {}
+# Tries with a longer hold before a round counts as host-bound (a call that synchronises,
+# or more launches than the device's queue holds, can never be queued ahead).
+_AHEAD_ATTEMPTS = 3
+_MAX_HOLD_MS = 5000.0
+
+
+def _spin_cycles_per_ms(device: torch.device) -> float:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _cycles_per_ms:
+        with torch.cuda.device(index):
+            cycles = 2_000_000
+            torch.cuda._sleep(cycles)  # first launch loads the kernel: not timed
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            end.synchronize()
+            _cycles_per_ms[index] = cycles / begin.elapsed_time(end)
+    return _cycles_per_ms[index]
+
+
+def device_samples(fn: Callable[[], object], device: torch.device, iters: int, host_guess_ms: float) -> DeviceSamples:
+    """Time `iters` calls of `fn` queued behind a spin kernel: device ms per call, and host ms per call."""
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    guess = max(host_guess_ms, 0.05)
+    cycles_per_ms = _spin_cycles_per_ms(device)  # before the gate: its calibration must not count as hold
+    for _ in range(_AHEAD_ATTEMPTS):
+        hold_ms = min(2.0 * guess * iters + 1.0, _MAX_HOLD_MS)
+        torch.cuda.synchronize(device)
+        gate = torch.cuda.Event(enable_timing=True)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        gate.record()
+        torch.cuda._sleep(int(hold_ms * cycles_per_ms))
+        begin = time.perf_counter()
+        for start, end in zip(starts, ends, strict=True):
+            start.record()
+            fn()
+            end.record()
+        host_ms = (time.perf_counter() - begin) * 1e3
+        torch.cuda.synchronize(device)
+        held_ms = gate.elapsed_time(starts[0])
+        device_ms = [start.elapsed_time(end) for start, end in zip(starts, ends, strict=True)]
+        # The device started the first call after `held_ms`; if the host had queued every
+        # call by then, no event pair can contain time spent waiting for the host.
+        if host_ms < held_ms:
+            return DeviceSamples(device_ms, host_ms / iters, True)
+        guess = max(2.0 * guess, host_ms / iters)
+    return DeviceSamples(device_ms, host_ms / iters, False)
 
 
 def _cuda_samples(fn: Callable[[], object], iters: int) -> list[float]:
@@ -44,9 +116,11 @@ def _cpu_samples(fn: Callable[[], object], iters: int) -> list[float]:
     return samples
 
 
-def timer_name(device: torch.device) -> str:
-    """The clock `samples` uses on this device."""
-    return "cuda-events" if device.type == "cuda" else "perf_counter"
+def timer_name(device: torch.device, *, ahead: bool = False) -> str:
+    """The clock used on this device: `ahead` for `device_samples`, else `samples`."""
+    if device.type != "cuda":
+        return "perf_counter"
+    return "cuda-events, host ahead" if ahead else "cuda-events, queued"
 
 
 def warm(fn: Callable[[], object], device: torch.device, warmup: int) -> None:
@@ -64,13 +138,22 @@ def samples(fn: Callable[[], object], device: torch.device, iters: int) -> list[
     return _cuda_samples(fn, iters) if device.type == "cuda" else _cpu_samples(fn, iters)
 
 
-def summarize(values: list[float], device: torch.device, *, warmup: int) -> Timing:
-    """The median and range of samples taken on `device`."""
+def summarize(
+    values: list[float],
+    device: torch.device,
+    *,
+    warmup: int,
+    host_ms: list[float] | None = None,
+    host_bound_rounds: int = 0,
+) -> Timing:
+    """The median and range of samples taken on `device` (with the host's median ms per call when timed)."""
     return Timing(
         median_ms=statistics.median(values),
         min_ms=min(values),
         max_ms=max(values),
         iters=len(values),
         warmup=warmup,
-        timer=timer_name(device),
+        timer=timer_name(device, ahead=host_ms is not None),
+        host_ms=statistics.median(host_ms) if host_ms else None,
+        host_bound_rounds=host_bound_rounds,
     )

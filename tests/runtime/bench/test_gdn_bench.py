@@ -90,6 +90,10 @@ def test_defaults_and_opt_in_sets():
     assert len(full.shapes) == 9 and "28672+4096" in [s.label for s in full.shapes]
     assert [h.label for h in full.heads][:3] == ["16/64", "16/48", "16/32"] and len(full.heads) == 9
     assert "torch" in [v.name for v in full.variants]
+    assert gdn.build_plan(parse("--device", "cpu")).timing == "device"
+    assert gdn.build_plan(parse("--device", "cpu", "--timing", "queued")).timing == "queued"
+    with pytest.raises(SystemExit):
+        parse("--timing", "wallclock")
 
 
 @pytest.mark.parametrize(
@@ -151,6 +155,7 @@ def test_tiny_run_rows(tiny_run):
         assert row["status"] == "ok", row
         assert row["median_ms"] > 0 and row["min_ms"] <= row["median_ms"] <= row["max_ms"]
         assert row["iters"] == 3 and row["warmup"] == 1 and row["timer"] == "perf_counter"
+        assert row["host_ms"] is None and row["host_bound_rounds"] == 0  # the host clock is the only one here
         assert row["tokens"] == 32 and row["lengths"] == [16, 16]
         assert row["tokens_per_s"] == pytest.approx(32 / (row["median_ms"] / 1e3))
         assert row["gva"] == (row["variant"] == "torch")
@@ -170,6 +175,7 @@ def test_tiny_run_environment_and_settings(tiny_run):
     assert env["command"] and env["date"]
     assert settings["shapes"] == {"16+16": [16, 16]} and settings["heads"] == ["1/2"]
     assert settings["iters"] == 3 and settings["variants"] == ["torch", "torch-repeat"]
+    assert settings["timing"] == "perf_counter"
     assert report["auto"] == []  # no auto variant asked for
 
 
@@ -347,7 +353,11 @@ def test_speedup_math_on_a_constructed_result_set():
     assert summary["layer"]["auto_vs_fastest"] == pytest.approx(1.25)
     assert not summary["layer"]["within_target"] and not summary["layer"]["picked_fastest_backend"]
     cells = gdn.auto_cells(list(summary.values()))
-    assert cells[0][-2:] == ["1.025", "yes"] and cells[1][-2:] == ["1.250", "NO"]
+    assert cells[0][-3:] == ["1.025", "yes", "-"] and cells[1][-3:] == ["1.250", "NO", "-"]  # no host times
+    by[("kernel", "auto")].host_ms, by[("kernel", "flashqla-gva")].host_ms = 0.33, 0.30
+    (timed,) = [item for item in gdn.auto_summary(rows) if item["mode"] == "fwd+bwd" and item["level"] == "kernel"]
+    assert timed["auto_host_vs_fastest"] == pytest.approx(1.1)
+    assert gdn.auto_cells([timed])[0][-1] == "1.100"
     (repeated,) = [item for item in gdn.auto_summary(rows) if item["mode"] == "fwd"]
     assert repeated["picked_fastest_backend"] and not repeated["picked_fastest_variant"]
     assert repeated["auto_vs_fastest"] == pytest.approx(2.0)
