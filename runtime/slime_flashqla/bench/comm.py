@@ -217,6 +217,13 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
+def paired_ratio(variant: list[float], baseline: list[float]) -> float:
+    """Median over rounds of variant / baseline, each pair timed in the same round."""
+    # Pairing cancels what drifts from round to round (clocks, the host's other work, the
+    # peer's pace), which a ratio of two medians taken over all rounds keeps as noise.
+    return statistics.median(v / b for v, b in zip(variant, baseline, strict=True))
+
+
 def run_rank(args: argparse.Namespace) -> dict | None:
     """Run the benchmark on this rank (process group already up); return the report on rank 0."""
     import torch
@@ -250,6 +257,17 @@ def run_rank(args: argparse.Namespace) -> dict | None:
         [statistics.median(rows[i]["samples"][mode][v]) for i, mode, v in keys], dtype=torch.float64, device=device
     )
     dist.all_reduce(medians, op=dist.ReduceOp.MAX)
+    # Per rank the paired ratio of each variant to the unwrapped call; the largest over ranks.
+    paired_keys = [(i, mode, v) for i, mode, v in keys if v != "unwrapped"]
+    paired = torch.tensor(
+        [
+            paired_ratio(rows[i]["samples"][mode][v], rows[i]["samples"][mode]["unwrapped"])
+            for i, mode, v in paired_keys
+        ],
+        dtype=torch.float64,
+        device=device,
+    )
+    dist.all_reduce(paired, op=dist.ReduceOp.MAX)
     overhead = wrapper_overhead() if rank == 0 else None
     if rank != 0:
         return None
@@ -260,10 +278,13 @@ def run_rank(args: argparse.Namespace) -> dict | None:
     for (i, mode, v), us in zip(keys, medians.tolist(), strict=True):
         rows[i]["median_us"][mode][v] = us
     for r in rows:
-        r["ratio"] = {
+        r["ratio"] = {mode: {} for mode in MODES}
+        r["ratio_of_medians"] = {
             mode: {v: r["median_us"][mode][v] / r["median_us"][mode]["unwrapped"] for v in TIMED if v != "unwrapped"}
             for mode in MODES
         }
+    for (i, mode, v), ratio in zip(paired_keys, paired.tolist(), strict=True):
+        rows[i]["ratio"][mode][v] = ratio
     return {
         "meta": {
             "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
@@ -278,7 +299,9 @@ def run_rank(args: argparse.Namespace) -> dict | None:
             "rounds": rounds,
             "warmup": args.warmup,
             "timing": (
-                "perf_counter around a block of calls, per call; median over rounds of the slowest rank; "
+                "perf_counter around a block of calls, per call; median_us: median over rounds, slowest rank; "
+                "ratio: median over rounds of the variant's block / the unwrapped block of the same round, "
+                "largest over ranks; ratio_of_medians: median_us / median_us unwrapped; "
                 "latency: each call waited for (CUDA sync / work wait); back-to-back: one wait per block"
             ),
             "probe": "default: torch.cuda.mem_get_info() when CUDA is initialized, else None",
@@ -291,7 +314,7 @@ def run_rank(args: argparse.Namespace) -> dict | None:
 def format_table(report: dict) -> str:
     """Render the report as Markdown: per timing mode one row per op and size, one column per variant."""
     shown = [v for v in TIMED if v != "unwrapped"]
-    lines = []
+    lines = ["(x): median over rounds of each variant's time / the unwrapped time of the same round", ""]
     for mode in MODES:
         lines.append(f"{mode}:")
         lines.append("")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 import pytest
 
@@ -31,6 +32,8 @@ def test_bench_comm_gloo_two_ranks(tmp_path, monkeypatch, capfd):
             assert all(us > 0 for us in row["median_us"][mode].values()), row
             assert set(row["median_us"][mode]) == set(comm.TIMED)
             assert set(row["ratio"][mode]) == {"always", "whitelist", "first-use", "off", comm.WITH_METHODS, comm.AGAIN}
+            assert set(row["ratio_of_medians"][mode]) == set(row["ratio"][mode])
+            assert all(r > 0 for r in row["ratio"][mode].values()), row
         names = {"isend+irecv": ["isend", "irecv"]}.get(row["op"], [row["op"]])
         for name in names:
             # timed calls only (after warm-up): `always` probes each, `first-use` none, `off` none
@@ -49,6 +52,20 @@ def test_bench_comm_gloo_two_ranks(tmp_path, monkeypatch, capfd):
     assert "| all_reduce | 4 KiB |" in table
     assert "latency:" in table and "back-to-back:" in table
     assert "| first-use, steady state |" in table
+
+
+def test_paired_ratio_cancels_drift_between_rounds():
+    # The machine slows down 3x over the run; the variant is 2% slower than the baseline of
+    # its own round every time.  Pairing recovers 1.02; the ratio of medians does not
+    # when one slow round lands on the variant only.
+    baseline = [10.0, 20.0, 30.0, 40.0, 50.0]
+    variant = [1.02 * b for b in baseline]
+    assert comm.paired_ratio(variant, baseline) == pytest.approx(1.02)
+    variant[1] = 1.02 * 45.0  # a disturbed block: the paired median ignores one outlier of five
+    assert comm.paired_ratio(variant, baseline) == pytest.approx(1.02)
+    assert statistics.median(variant) / statistics.median(baseline) == pytest.approx(1.02 * 40 / 30)
+    with pytest.raises(ValueError, match="longer"):
+        comm.paired_ratio([1.0], [1.0, 2.0])
 
 
 def test_bench_cli_dispatches_by_name():
