@@ -70,6 +70,7 @@ res = {}
 with torch.no_grad():
     res["l2norm fwd: fla public x2"] = per_call(lambda: (fla_l2(q), fla_l2(k)))
     res["l2norm fwd: fused q/k"] = per_call(lambda: fused(q, k))
+    res["l2norm fwd: fused q/k through the autograd node"] = per_call(lambda: fused.autograd_function.apply(q, k))
     res["l2norm fwd: flashqla own x2"] = per_call(lambda: (fq_l2norm(q), fq_l2norm(k)))
     res["check_inputs"] = per_call(lambda: check_inputs(q, k, v, g, beta, None, None, cu))
     kw = dict(g=g, beta=beta, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)

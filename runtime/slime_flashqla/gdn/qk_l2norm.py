@@ -75,14 +75,22 @@ def _qk_function():
             q_out, q_rstd, k_out, k_rstd = ctx.saved_tensors
             return bwd(q_out, q_rstd, dq.contiguous()), bwd(k_out, k_rstd, dk.contiguous())
 
+    def run(q, k):
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+            return QKL2Norm.apply(q, k)
+        # Nothing to differentiate (log-prob passes and rollouts under no_grad): the forward
+        # host function alone, without an autograd node to build and save tensors for.
+        return fwd(q.contiguous())[0], fwd(k.contiguous())[0]
+
     def normalise(q, k):
         # Triton launches on the current CUDA device; FLA's input_guard switched to the
         # tensors' device, which this keeps for inputs that live elsewhere.
         if q.device.index == torch.cuda.current_device():
-            return QKL2Norm.apply(q, k)
+            return run(q, k)
         with torch.cuda.device(q.device):
-            return QKL2Norm.apply(q, k)
+            return run(q, k)
 
+    normalise.autograd_function = QKL2Norm  # the node itself, for host-time comparisons
     return normalise
 
 
