@@ -73,19 +73,15 @@ def device_samples(fn: Callable[[], object], device: torch.device, iters: int, h
         hold_ms = min(2.0 * guess * iters + 1.0, _MAX_HOLD_MS)
         torch.cuda.synchronize(device)
         gate = torch.cuda.Event(enable_timing=True)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        pairs = _event_pairs(iters)  # made before the host clock starts: not part of a call's host time
         gate.record()
         torch.cuda._sleep(int(hold_ms * cycles_per_ms))
         begin = time.perf_counter()
-        for start, end in zip(starts, ends, strict=True):
-            start.record()
-            fn()
-            end.record()
+        _record_calls(fn, pairs)
         host_ms = (time.perf_counter() - begin) * 1e3
         torch.cuda.synchronize(device)
-        held_ms = gate.elapsed_time(starts[0])
-        device_ms = [start.elapsed_time(end) for start, end in zip(starts, ends, strict=True)]
+        held_ms = gate.elapsed_time(pairs[0][0])
+        device_ms = [start.elapsed_time(end) for start, end in pairs]
         # The device started the first call after `held_ms`; if the host had queued every
         # call by then, no event pair can contain time spent waiting for the host.
         if host_ms < held_ms:
@@ -94,17 +90,25 @@ def device_samples(fn: Callable[[], object], device: torch.device, iters: int, h
     return DeviceSamples(device_ms, host_ms / iters, False)
 
 
-def _cuda_samples(fn: Callable[[], object], iters: int) -> list[float]:
-    # One event pair per call and a single sync at the end: the host queues calls ahead
-    # of the GPU, as in training, and each pair still brackets exactly one call.
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for start, end in zip(starts, ends, strict=True):
+def _event_pairs(iters: int) -> list[tuple[torch.cuda.Event, torch.cuda.Event]]:
+    return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+
+
+def _record_calls(fn: Callable[[], object], pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]]) -> None:
+    """Issue one call of `fn` between each pair of CUDA events, recording both (no sync)."""
+    for start, end in pairs:
         start.record()
         fn()
         end.record()
+
+
+def _cuda_samples(fn: Callable[[], object], iters: int) -> list[float]:
+    # One event pair per call and a single sync at the end: the host queues calls ahead
+    # of the GPU, as in training, and each pair still brackets exactly one call.
+    pairs = _event_pairs(iters)
+    _record_calls(fn, pairs)
     torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in zip(starts, ends, strict=True)]
+    return [start.elapsed_time(end) for start, end in pairs]
 
 
 def _cpu_samples(fn: Callable[[], object], iters: int) -> list[float]:
