@@ -103,7 +103,7 @@ def collect_report() -> dict:
     from slime_flashqla.gdn.backends import KERNEL_BACKENDS
     from slime_flashqla.gdn.fla_kernels import fla_forwards_to_flashqla
     from slime_flashqla.gdn.validation import flashqla_runtime_status
-    from slime_flashqla.kernel_cache import tilelang_cache_dir
+    from slime_flashqla.kernels.cache import tilelang_cache_dir
 
     cuda = torch.cuda.is_available()
     flashqla = KERNEL_BACKENDS["flashqla"]

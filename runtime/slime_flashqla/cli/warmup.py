@@ -36,8 +36,8 @@ def register(subparsers) -> None:
 
 def build_tasks(args):
     """The warm-up tasks the arguments describe (validated before anything runs)."""
+    from slime_flashqla.kernels.warmup import WARMUP_BACKENDS, WarmupTask
     from slime_flashqla.models import model_heads, parse_heads, split_for_tp
-    from slime_flashqla.warmup import WARMUP_BACKENDS, WarmupTask
 
     heads = [parse_heads(item) for item in args.heads.split(",") if item.strip()]
     tps = [int(item) for item in args.tp.split(",") if item.strip()]
@@ -75,7 +75,7 @@ def _check_backends(tasks, device: str) -> None:
 
 def run(args) -> int:
     """Warm the kernels, show progress, print a summary; non-zero if any configuration failed."""
-    from slime_flashqla.warmup import set_cache_dir
+    from slime_flashqla.kernels.warmup import set_cache_dir
 
     try:
         tasks = build_tasks(args)
@@ -102,7 +102,7 @@ def run(args) -> int:
 
 
 def _run_with_progress(tasks, cache_dir, args):
-    from slime_flashqla.warmup import warm_up_all
+    from slime_flashqla.kernels.warmup import warm_up_all
 
     kwargs = dict(jobs=args.jobs, force=args.force, device=args.device, lengths=parse_lengths(args.lengths))
     try:

@@ -1,6 +1,6 @@
 """Time to the first GDN layer forward+backward in a fresh process (cold vs warm kernel cache).
 
-`python -m slime_flashqla.first_step --backend flashqla --heads 16/32 --lengths 8192+24576`
+`python -m slime_flashqla.kernels.first_step --backend flashqla --heads 16/32 --lengths 8192+24576`
 starts a new Python process that imports torch and the kernel packages, builds a Qwen3-Next
 GDN layer and runs one forward+backward. It reports the time from the process start to the
 end of that step (`to_first_step_s`), the first forward+backward alone (`first_fwd_bwd_s`),
@@ -50,7 +50,7 @@ backend, hk, hv, lengths = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), [int
 from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint, packed_batch
 from slime_flashqla.models import gdn_layer_config
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
-from slime_flashqla.kernel_imports import import_kernel_packages
+from slime_flashqla.kernels.imports import import_kernel_packages
 get_chunk_gated_delta_rule(backend)  # resolves the backend name; kernel packages load lazily
 mark('import')
 # What the first forward would otherwise import lazily (FLA, FlashQLA), as a job that builds

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from slime_flashqla.kernel_cache import CACHE_ENV, tilelang_cache_dir
+from slime_flashqla.kernels.cache import CACHE_ENV, tilelang_cache_dir
 from slime_flashqla.models import HeadConfig
 
 WARMUP_BACKENDS = ("flashqla", "fla", "torch")

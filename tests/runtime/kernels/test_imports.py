@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from slime_flashqla.gdn.packages import is_installed
-from slime_flashqla.kernel_imports import import_kernel_packages, kernel_imports
+from slime_flashqla.kernels.imports import import_kernel_packages, kernel_imports
 
 
 def test_torch_backend_imports_no_kernel_package():
@@ -34,7 +34,7 @@ def test_only_installed_packages_are_listed_layer_ops_first(backend):
 @pytest.mark.skipif(is_installed("fla") or is_installed("flash_qla"), reason="kernel packages are installed here")
 def test_without_kernel_packages_nothing_is_imported():
     code = (
-        "import sys; from slime_flashqla.kernel_imports import import_kernel_packages as f; "
+        "import sys; from slime_flashqla.kernels.imports import import_kernel_packages as f; "
         "print(f('auto'), sorted(m for m in ('fla', 'flash_qla', 'tilelang', 'triton') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
