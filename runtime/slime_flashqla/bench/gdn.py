@@ -11,14 +11,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import shlex
 import sys
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from slime_flashqla.bench.gdn_report import (
+    AUTO_HEADERS,
+    TABLE_HEADERS,
+    auto_cells,
+    markdown_report,
+    skipped_cells,
+    table_cells,
+)
 from slime_flashqla.bench.gdn_shapes import (
     ALL_SHAPES,
     DEFAULT_HEADS,
@@ -30,56 +36,25 @@ from slime_flashqla.bench.gdn_shapes import (
     parse_heads,
     parse_shapes,
 )
+from slime_flashqla.bench.report import environment, print_table, rich_console
+from slime_flashqla.bench.variants import (
+    DEFAULT_VARIANTS,
+    VARIANTS,
+    Variant,
+    build_layer,
+    kernel_call,
+    kernel_fn,
+    layer_call,
+    variant_note,
+    variant_problem,
+)
 
 LEVELS = ("kernel", "layer")
 MODES = ("fwd", "fwd+bwd")
 BASELINE = "fla-repeat"
 AUTO_TARGET = 1.03  # auto should be within 3% of the fastest variant of its group
-CONV_KERNEL = 4  # Qwen3-Next's linear_conv_kernel_dim
 DTYPES = ("bfloat16", "float16", "float32")
 TIMINGS = ("device", "queued")
-ENV_VARS = ("CUDA_VISIBLE_DEVICES", "FLA_FLASH_QLA", "FLA_DISABLE_BACKEND_DISPATCH")
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A backend and how q/k reach it: repeated to Hv heads, or grouped (GVA)."""
-
-    name: str
-    backend: str
-    repeat: bool
-    about: str
-    direct: bool = False  # the library's own function, called as slime calls it, not this package's backend
-
-
-VARIANTS = {
-    v.name: v
-    for v in (
-        Variant("fla-repeat", "fla", True, "FLA's kernels, q/k repeated to Hv heads (slime's default path today)"),
-        Variant("fla-gva", "fla", False, "FLA's kernels, q/k with their own Hk heads"),
-        Variant(
-            "flashqla-repeat",
-            "flashqla",
-            True,
-            "flash_qla.chunk_gated_delta_rule itself, q/k repeated to Hv heads (slime's FlashQLA path)",
-            direct=True,
-        ),
-        Variant(
-            "flashqla-gva", "flashqla", False, "FlashQLA through this package's backend, q/k with their own Hk heads"
-        ),
-        Variant(
-            "flashqla-direct-gva",
-            "flashqla",
-            False,
-            "flash_qla.chunk_gated_delta_rule itself with GVA (its own torch.compile'd q/k l2norm)",
-            direct=True,
-        ),
-        Variant("auto", "auto", False, "the `auto` backend (GVA): FlashQLA where it validates, else FLA, else torch"),
-        Variant("torch", "torch", False, "the pure-PyTorch reference, GVA (slow: only when asked)"),
-        Variant("torch-repeat", "torch", True, "the pure-PyTorch reference, q/k repeated (slow: only when asked)"),
-    )
-}
-DEFAULT_VARIANTS = ("fla-repeat", "fla-gva", "flashqla-repeat", "flashqla-gva", "auto")
 
 
 class BenchInputError(ValueError):
@@ -305,35 +280,6 @@ def build_plan(args: argparse.Namespace) -> Plan:
 # ---------------------------------------------------------------- availability
 
 
-def variant_problem(variant: Variant, mode: str, plan: Plan) -> str | None:
-    """Why `variant` cannot run `mode` on this machine, or None (imports the backend, launches nothing)."""
-    if variant.backend in ("torch", "auto"):  # auto always has a fallback; rows record what it picked
-        return None
-    import torch
-
-    from slime_flashqla.gdn import GDNShape, get_chunk_gated_delta_rule
-    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
-
-    try:
-        get_chunk_gated_delta_rule(variant.backend)
-    except (ImportError, RuntimeError) as error:  # a missing package, FlashQLAUnavailableError
-        return str(error)
-    heads = plan.heads[0]
-    shape = GDNShape(1, 64, heads.key_heads, heads.value_heads, plan.head_dim, plan.head_dim, 1, True)
-    dtype = getattr(torch, plan.dtype)
-    ok, why = KERNEL_BACKENDS[variant.backend].supports(shape, dtype, plan.device, mode == "fwd+bwd")
-    if not ok:
-        return why
-    if variant.backend == "fla":
-        from slime_flashqla.gdn.fla_kernels import fla_own_chunk_gated_delta_rule
-
-        try:
-            fla_own_chunk_gated_delta_rule()
-        except (ImportError, RuntimeError) as error:
-            return str(error)
-    return None
-
-
 def find_problems(plan: Plan) -> dict[tuple[str, str], str]:
     """{(variant, mode): reason} for every variant and mode that cannot run here."""
     problems = {}
@@ -343,16 +289,6 @@ def find_problems(plan: Plan) -> dict[tuple[str, str], str]:
             if reason:
                 problems[(variant.name, mode)] = reason
     return problems
-
-
-def variant_note(variant: Variant) -> str:
-    """A caveat that belongs next to the variant's numbers (empty when none)."""
-    if variant.name == "fla-gva":
-        from slime_flashqla.gdn.backends import KERNEL_BACKENDS
-
-        if not KERNEL_BACKENDS["fla"].supports_gva:
-            return "this FLA takes no GVA: the backend repeats q/k itself"
-    return ""
 
 
 # ---------------------------------------------------------------- measuring
@@ -390,91 +326,6 @@ def _random(shape: ShapeSpec, plan: Plan, heads: HeadConfig, level: str) -> dict
         "grad": randn(1, tokens, hv, dim),
         "cu_seqlens": cu_seqlens,
     }
-
-
-def _repeating(fn, group: int):
-    """Wrap a chunk_gated_delta_rule so q/k are repeat_interleave'd to Hv heads first (slime's path today)."""
-
-    def chunk_gated_delta_rule(q, k, v, **kwargs):
-        return fn(q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2), v, **kwargs)
-
-    return chunk_gated_delta_rule
-
-
-def _backend_fn(variant: Variant):
-    """What the variant calls: this package's backend, or the library's own function."""
-    from slime_flashqla.gdn import get_chunk_gated_delta_rule
-
-    fn = get_chunk_gated_delta_rule(variant.backend)
-    if not variant.direct:
-        return fn
-    import flash_qla  # the only direct variants are FlashQLA's
-
-    # As FLA >= 0.6 forwards slime's call: FlashQLA normalises q/k itself (use_qk_l2norm_in_kernel).
-    return flash_qla.chunk_gated_delta_rule
-
-
-def _kernel_fn(variant: Variant, heads: HeadConfig):
-    fn = _backend_fn(variant)
-    return (_repeating(fn, heads.group) if variant.repeat and heads.group > 1 else fn), fn
-
-
-def _kernel_call(fn, inputs: dict, backward: bool):
-    """One timed call of the kernel: forward (under no_grad) or forward + backward of a fixed grad."""
-    import torch
-
-    leaves = [inputs[key].requires_grad_(backward) for key in ("q", "k", "v", "g", "beta")]
-    q, k, v, g, beta = leaves
-
-    def call():
-        with torch.set_grad_enabled(backward):
-            o, _ = fn(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True, cu_seqlens=inputs["cu_seqlens"])
-        if backward:
-            o.backward(inputs["grad"])
-            for leaf in leaves:  # None, not zero: the next backward assigns instead of accumulating
-                leaf.grad = None
-
-    return call
-
-
-def _build_layer(variant: Variant, heads: HeadConfig, plan: Plan):
-    import torch
-
-    from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint
-    from slime_flashqla.models import gdn_layer_config
-
-    size = {"head_dim": plan.head_dim, "hidden_size": plan.hidden_size, "conv_kernel": CONV_KERNEL}
-    config = gdn_layer_config(heads.key_heads, heads.value_heads, **size)
-    # The same seed for every variant: identical weights, and the caller's RNG is left alone.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(plan.seed)
-        layer = Qwen3NextGatedDeltaNet(config, backend=variant.backend)
-        init_like_checkpoint(layer)
-    layer = layer.to(device=plan.device, dtype=getattr(torch, plan.dtype))
-    if variant.direct:
-        layer.chunk_gated_delta_rule = _backend_fn(variant)
-    if variant.repeat and heads.group > 1:
-        layer.chunk_gated_delta_rule = _repeating(layer.chunk_gated_delta_rule, heads.group)
-    return layer
-
-
-def _layer_call(layer, inputs: dict, backward: bool):
-    """One timed call of the layer: forward (under no_grad) or forward + backward of a fixed grad."""
-    import torch
-
-    x = inputs["x"].requires_grad_(backward)
-    params = list(layer.parameters())
-
-    def call():
-        with torch.set_grad_enabled(backward):
-            out = layer(x, cu_seqlens=inputs["cu_seqlens"])
-        if backward:
-            out.backward(inputs["grad"])
-            x.grad = None
-            for param in params:
-                param.grad = None
-
-    return call
 
 
 def _auto_choice(auto, row: Row, plan: Plan, backward: bool):
@@ -519,12 +370,12 @@ def _row(level: str, shape: ShapeSpec, heads: HeadConfig, mode: str, variant: Va
 def _prepare(level: str, variant: Variant, heads: HeadConfig, inputs: dict, backward: bool, layers: dict, plan: Plan):
     """The timed call of one row and the backend it calls; a layer is built on first use and kept in `layers`."""
     if level == "kernel":
-        fn, backend_fn = _kernel_fn(variant, heads)
-        return _kernel_call(fn, inputs, backward), backend_fn
+        fn, backend_fn = kernel_fn(variant, heads)
+        return kernel_call(fn, inputs, backward), backend_fn
     key = (heads, variant.name)
     if key not in layers:
-        layers[key] = _build_layer(variant, heads, plan)
-    return _layer_call(layers[key], inputs, backward), layers[key].chunk_gated_delta_rule
+        layers[key] = build_layer(variant, heads, plan)
+    return layer_call(layers[key], inputs, backward), layers[key].chunk_gated_delta_rule
 
 
 def _error_reason(error: Exception) -> str:
@@ -693,43 +544,6 @@ def auto_summary(rows: list[Row]) -> list[dict]:
     return summary
 
 
-def command_line() -> str:
-    """This process's command line, with `python -m slime_flashqla.bench.gdn` for a `-m` run."""
-    argv = list(sys.argv)
-    if argv and Path(argv[0]).parts[-2:] == ("bench", "gdn.py"):  # `-m` puts the module's file in argv[0]
-        return shlex.join(["python", "-m", "slime_flashqla.bench.gdn", *argv[1:]])
-    return shlex.join(argv)
-
-
-def environment(plan: Plan) -> dict:
-    """GPU, versions, date and the exact command line of this run."""
-    import datetime
-    import platform
-
-    import torch
-
-    from slime_flashqla import __version__
-    from slime_flashqla.gdn.packages import installed_version
-
-    cuda = plan.device.type == "cuda"
-    return {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": command_line(),
-        "python": sys.version.split()[0],
-        "executable": sys.executable,
-        "platform": platform.platform(),
-        "device": str(plan.device),
-        "gpu": torch.cuda.get_device_name(plan.device) if cuda else None,
-        "capability": ".".join(map(str, torch.cuda.get_device_capability(plan.device))) if cuda else None,
-        "cpu": platform.processor() or platform.machine(),
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
-        "packages": {name: installed_version(name) for name in ("triton", "fla", "flash_qla", "tilelang")},
-        "slime_flashqla": __version__,
-        "env": {name: os.environ[name] for name in ENV_VARS if name in os.environ},
-    }
-
-
 def settings(plan: Plan) -> dict:
     """The parsed plan, as JSON."""
     return {
@@ -752,189 +566,6 @@ def settings(plan: Plan) -> dict:
 
 
 # ---------------------------------------------------------------- output
-
-TABLE_HEADERS = (
-    "level",
-    "shape",
-    "tokens",
-    "Hk/Hv",
-    "mode",
-    "variant",
-    "median ms",
-    "host ms",
-    "tokens/s",
-    "vs fla-repeat",
-    "vs fastest",
-    "note",
-)
-
-
-def _rate(value: float | None) -> str:
-    if value is None:
-        return "-"
-    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if value >= scale:
-            return f"{value / scale:.2f}{suffix}"
-    return f"{value:.1f}"
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
-def _row_note(row: Row) -> str:
-    parts = []
-    if row.status == "error":
-        parts.append(f"ERROR {row.reason}")
-    if row.host_bound_rounds:
-        parts.append(f"host-bound in {row.host_bound_rounds} round(s): those samples include host time")
-    if row.variant == "auto":
-        parts.append(f"auto -> {row.auto_backend or '?'}" + (" (repeats q/k)" if row.auto_repeat_qk else ""))
-    if row.note:
-        parts.append(row.note)
-    return "; ".join(parts)
-
-
-def table_cells(rows: list[Row]) -> list[list[str]]:
-    """The result table as strings (measured and failed rows; skipped ones go to skipped_cells)."""
-    cells = []
-    for row in rows:
-        if row.status == "skipped":
-            continue
-        cells.append(
-            [
-                row.level,
-                row.shape,
-                str(row.tokens),
-                row.heads,
-                row.mode,
-                row.variant,
-                "-" if row.median_ms is None else f"{row.median_ms:.3f}",
-                "-" if row.host_ms is None else f"{row.host_ms:.3f}",
-                _rate(row.tokens_per_s),
-                _ratio(row.speedup_vs_fla_repeat),
-                _ratio(row.speedup_vs_fastest),
-                _row_note(row),
-            ]
-        )
-    return cells
-
-
-def skipped_cells(rows: list[Row]) -> list[list[str]]:
-    """One line per skipped (variant, mode) with its reason."""
-    seen = {}
-    for row in rows:
-        if row.status == "skipped":
-            seen.setdefault((row.variant, row.mode), row.reason)
-    return [[variant, mode, reason] for (variant, mode), reason in seen.items()]
-
-
-AUTO_HEADERS = (
-    "level",
-    "shape",
-    "Hk/Hv",
-    "mode",
-    "auto picked",
-    "fastest",
-    "auto / fastest",
-    "within 3%",
-    "host auto / fastest",
-)
-
-
-def auto_cells(summary: list[dict]) -> list[list[str]]:
-    """The auto-vs-fastest table as strings."""
-    return [
-        [
-            item["level"],
-            item["shape"],
-            item["heads"],
-            item["mode"],
-            str(item["auto_backend"]) + (" (repeat)" if item["auto_repeat_qk"] else ""),
-            item["fastest_variant"],
-            f"{item['auto_vs_fastest']:.3f}",
-            "yes" if item["within_target"] else "NO",
-            "-" if item.get("auto_host_vs_fastest") is None else f"{item['auto_host_vs_fastest']:.3f}",
-        ]
-        for item in summary
-    ]
-
-
-def _rich_console(plain: bool):
-    if plain:
-        return None
-    try:
-        from rich.console import Console
-    except ImportError:
-        return None
-    console = Console()
-    # Piped into a log (tee, nohup), rich assumes 80 columns and folds every cell: give the table room.
-    return console if console.is_terminal else Console(width=200)
-
-
-def print_table(console, title: str, headers, cells) -> None:
-    """A rich table, or aligned plain text without rich."""
-    if console is not None:
-        from rich.table import Table
-
-        table = Table(title=title)
-        for header in headers:
-            table.add_column(header, overflow="fold")
-        for line in cells:
-            table.add_row(*line)
-        console.print(table)
-        return
-    widths = [max(len(str(x)) for x in column) for column in zip(headers, *cells, strict=False)]
-    print(title)
-    for line in (list(headers), *cells):
-        print("  " + "  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=False)).rstrip())
-
-
-def _markdown_table(headers, cells) -> list[str]:
-    def line(items):
-        return "| " + " | ".join(str(x).replace("|", "\\|") for x in items) + " |"
-
-    return [line(headers), "|" + "|".join("---" for _ in headers) + "|", *(line(c) for c in cells)]
-
-
-def _timing_sentence(plan: Plan) -> str:
-    if plan.device.type != "cuda":
-        return "host clock (perf_counter) per call."
-    if plan.timing == "device":
-        return (
-            "device time per call from CUDA events, with the calls queued behind a spin kernel so that no "
-            "sample contains host time; host ms = the host's time to issue one call."
-        )
-    return "CUDA events around calls issued at the host's pace (queued timing)."
-
-
-def markdown_report(rows: list[Row], summary: list[dict], env: dict, plan: Plan) -> str:
-    """The tables as markdown, headed by the GPU, versions, date and command."""
-    packages = ", ".join(f"{name} {version or 'not installed'}" for name, version in env["packages"].items())
-    where = env["gpu"] or f"CPU ({env['cpu']})"
-    lines = [
-        f"### GDN benchmark: {where}, {env['date']}",
-        "",
-        f"torch {env['torch']} (CUDA {env['torch_cuda']}), {packages}; {plan.dtype}, K = V = {plan.head_dim}, "
-        f"layer hidden {plan.hidden_size}; median of {plan.iters} calls after {plan.warmup} warm-up calls, "
-        f"in {plan.rounds_used} rounds that interleave the variants of a shape; {_timing_sentence(plan)}",
-        "",
-        f"Command: `{env['command']}`",
-        "",
-        *_markdown_table(TABLE_HEADERS, table_cells(rows)),
-    ]
-    if summary:
-        hits = sum(item["within_target"] for item in summary)
-        lines += [
-            "",
-            f"`auto` vs the fastest other variant: within 3% in {hits} of {len(summary)} groups.",
-            "",
-            *_markdown_table(AUTO_HEADERS, auto_cells(summary)),
-        ]
-    skipped = skipped_cells(rows)
-    if skipped:
-        lines += ["", "Skipped (cannot run here):", "", *_markdown_table(("variant", "mode", "reason"), skipped)]
-    return "\n".join(lines) + "\n"
 
 
 @contextmanager
@@ -1044,8 +675,8 @@ def main(args: argparse.Namespace) -> int:
 
     if plan.device.type == "cuda":
         torch.cuda.set_device(plan.device)
-    console = _rich_console(args.plain)
-    env = environment(plan)
+    console = rich_console(args.plain)
+    env = environment(plan.device, "slime_flashqla.bench.gdn")
     runnable = plan.num_rows - len(problems) * len(plan.levels) * len(plan.shapes) * len(plan.heads)
     done: list[Row] = []
     with _progress(runnable, console) as progress:

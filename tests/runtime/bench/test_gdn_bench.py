@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from slime_flashqla.bench import gdn
+from slime_flashqla.bench import gdn, gdn_report, report, variants
 from slime_flashqla.bench.gdn_shapes import HeadConfig, ShapeError, parse_heads, parse_shape, parse_shapes
 from slime_flashqla.bench.timing import samples, summarize, warm
 from slime_flashqla.gdn import flashqla_runtime_status
@@ -225,7 +225,7 @@ def test_a_failing_row_is_reported_and_exits_1(tmp_path, monkeypatch):
 
         return fn, fn
 
-    monkeypatch.setattr(gdn, "_kernel_fn", broken)
+    monkeypatch.setattr(gdn, "kernel_fn", broken)
     path = tmp_path / "gdn.json"
     argv = (*TINY, *TINY_TIMING, "--variants", "torch", "--levels", "kernel", "--json", str(path))
     assert gdn.main(parse(*argv)) == 1
@@ -253,7 +253,7 @@ def test_a_layer_that_cannot_be_built_is_a_failed_row(tmp_path, monkeypatch):
     def no_memory(variant, heads, plan):
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(gdn, "_build_layer", no_memory)
+    monkeypatch.setattr(gdn, "build_layer", no_memory)
     path = tmp_path / "gdn.json"
     argv = (*TINY, *TINY_TIMING, "--variants", "torch", "--levels", "layer", "--modes", "fwd", "--json", str(path))
     assert gdn.main(parse(*argv)) == 1
@@ -271,8 +271,8 @@ def test_variants_of_a_group_share_inputs_and_weights():
     inputs = gdn._random(shape, plan, heads, "layer")
     again = gdn._random(shape, plan, heads, "layer")
     assert torch.equal(inputs["x"], again["x"]) and inputs["x"].std() > 0.5
-    gva = gdn._build_layer(gdn.VARIANTS["torch"], heads, plan)
-    repeat = gdn._build_layer(gdn.VARIANTS["torch-repeat"], heads, plan)
+    gva = variants.build_layer(variants.VARIANTS["torch"], heads, plan)
+    repeat = variants.build_layer(variants.VARIANTS["torch-repeat"], heads, plan)
     with torch.no_grad():
         a = gva(inputs["x"], cu_seqlens=inputs["cu_seqlens"])
         b = repeat(inputs["x"], cu_seqlens=inputs["cu_seqlens"])
@@ -290,7 +290,7 @@ def test_repeat_variant_hands_the_kernel_hv_heads():
         return v, None
 
     q, v = torch.randn(1, 8, 2, 4), torch.randn(1, 8, 8, 4)
-    gdn._repeating(kernel, 4)(q, q, v, g=None)
+    variants.repeating(kernel, 4)(q, q, v, g=None)
     assert seen == [(8, 8, 8)]
 
 
@@ -352,16 +352,16 @@ def test_speedup_math_on_a_constructed_result_set():
     assert summary["layer"]["fastest_variant"] == "fla-gva"
     assert summary["layer"]["auto_vs_fastest"] == pytest.approx(1.25)
     assert not summary["layer"]["within_target"] and not summary["layer"]["picked_fastest_backend"]
-    cells = gdn.auto_cells(list(summary.values()))
+    cells = gdn_report.auto_cells(list(summary.values()))
     assert cells[0][-3:] == ["1.025", "yes", "-"] and cells[1][-3:] == ["1.250", "NO", "-"]  # no host times
     by[("kernel", "auto")].host_ms, by[("kernel", "flashqla-gva")].host_ms = 0.33, 0.30
     (timed,) = [item for item in gdn.auto_summary(rows) if item["mode"] == "fwd+bwd" and item["level"] == "kernel"]
     assert timed["auto_host_vs_fastest"] == pytest.approx(1.1)
-    assert gdn.auto_cells([timed])[0][-1] == "1.100"
+    assert gdn_report.auto_cells([timed])[0][-1] == "1.100"
     (repeated,) = [item for item in gdn.auto_summary(rows) if item["mode"] == "fwd"]
     assert repeated["picked_fastest_backend"] and not repeated["picked_fastest_variant"]
     assert repeated["auto_vs_fastest"] == pytest.approx(2.0)
-    assert gdn.auto_cells([repeated])[0][4] == "flashqla (repeat)"
+    assert gdn_report.auto_cells([repeated])[0][4] == "flashqla (repeat)"
 
 
 def test_cpu_timer_takes_the_median_of_the_timed_calls():
@@ -485,7 +485,7 @@ def test_module_runs_standalone_and_imports_no_kernel_library():
 
 def test_baseline_columns_through_main(tmp_path, monkeypatch):
     """With a measured fla-repeat row (the torch kernel standing in for FLA), every row is compared with it."""
-    monkeypatch.setitem(gdn.VARIANTS, "fla-repeat", gdn.Variant("fla-repeat", "torch", True, "stand-in"))
+    monkeypatch.setitem(variants.VARIANTS, "fla-repeat", variants.Variant("fla-repeat", "torch", True, "stand-in"))
     path, png = tmp_path / "gdn.json", tmp_path / "gdn.png"
     argv = (*TINY, *TINY_TIMING, "--variants", "fla-repeat,auto", "--levels", "kernel", "--modes", "fwd")
     assert gdn.main(parse(*argv, "--json", str(path), "--plot", str(png))) == 0
@@ -511,6 +511,7 @@ def gdn_plot_available() -> bool:
 
 def test_command_line_names_the_module_of_a_dash_m_run(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["/x/slime_flashqla/bench/gdn.py", "--shapes", "1x32768", "--json", "a b.json"])
-    assert gdn.command_line() == "python -m slime_flashqla.bench.gdn --shapes 1x32768 --json 'a b.json'"
+    expected = "python -m slime_flashqla.bench.gdn --shapes 1x32768 --json 'a b.json'"
+    assert report.command_line("slime_flashqla.bench.gdn") == expected
     monkeypatch.setattr(sys, "argv", ["/usr/bin/slime-flashqla", "bench", "gdn", "--plain"])
-    assert gdn.command_line() == "/usr/bin/slime-flashqla bench gdn --plain"
+    assert report.command_line("slime_flashqla.bench.gdn") == "/usr/bin/slime-flashqla bench gdn --plain"

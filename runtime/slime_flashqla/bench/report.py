@@ -1,0 +1,104 @@
+"""Rendering shared by the benchmarks: rich or plain tables, markdown tables, the command line, the machine."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+
+def rate(value: float | None) -> str:
+    """A per-second rate with a k/M/G suffix."""
+    if value is None:
+        return "-"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.2f}{suffix}"
+    return f"{value:.1f}"
+
+
+def ratio(value: float | None) -> str:
+    """A ratio as `1.23x`."""
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def rich_console(plain: bool):
+    """A rich console sized for logs, or None for plain text (asked for, or rich missing)."""
+    if plain:
+        return None
+    try:
+        from rich.console import Console
+    except ImportError:
+        return None
+    console = Console()
+    # Piped into a log (tee, nohup), rich assumes 80 columns and folds every cell: give the table room.
+    return console if console.is_terminal else Console(width=200)
+
+
+def print_table(console, title: str, headers, cells) -> None:
+    """A rich table, or aligned plain text without rich."""
+    if console is not None:
+        from rich.table import Table
+
+        table = Table(title=title)
+        for header in headers:
+            table.add_column(header, overflow="fold")
+        for line in cells:
+            table.add_row(*line)
+        console.print(table)
+        return
+    widths = [max(len(str(x)) for x in column) for column in zip(headers, *cells, strict=False)]
+    print(title)
+    for line in (list(headers), *cells):
+        print("  " + "  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=False)).rstrip())
+
+
+def markdown_table(headers, cells) -> list[str]:
+    """A markdown table as lines."""
+
+    def line(items):
+        return "| " + " | ".join(str(x).replace("|", "\\|") for x in items) + " |"
+
+    return [line(headers), "|" + "|".join("---" for _ in headers) + "|", *(line(c) for c in cells)]
+
+
+ENV_VARS = ("CUDA_VISIBLE_DEVICES", "FLA_FLASH_QLA", "FLA_DISABLE_BACKEND_DISPATCH")
+
+
+def command_line(module: str) -> str:
+    """This process's command line, with `python -m <module>` for a `-m` run of `module`."""
+    argv = list(sys.argv)
+    parts = tuple(module.split(".")[-2:])
+    if argv and Path(argv[0]).parts[-2:] == (parts[0], parts[1] + ".py"):  # `-m` puts the file in argv[0]
+        return shlex.join(["python", "-m", module, *argv[1:]])
+    return shlex.join(argv)
+
+
+def environment(device, module: str) -> dict:
+    """GPU, versions, date and the exact command line of this run."""
+    import datetime
+    import platform
+
+    import torch
+
+    from slime_flashqla import __version__
+    from slime_flashqla.gdn.packages import installed_version
+
+    cuda = device.type == "cuda"
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": command_line(module),
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if cuda else None,
+        "capability": ".".join(map(str, torch.cuda.get_device_capability(device))) if cuda else None,
+        "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "packages": {name: installed_version(name) for name in ("triton", "fla", "flash_qla", "tilelang")},
+        "slime_flashqla": __version__,
+        "env": {name: os.environ[name] for name in ENV_VARS if name in os.environ},
+    }

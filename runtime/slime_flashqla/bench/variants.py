@@ -1,0 +1,179 @@
+"""The variants a GDN benchmark compares, and how each one is called at kernel and layer level.
+
+A variant is a backend plus how q/k reach it (repeated to Hv heads, as slime's layers do
+today, or grouped). `bench gdn` and `bench stream` share these; a plan here is any object
+with `device`, `dtype`, `head_dim`, `hidden_size`, `seed` and `heads`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slime_flashqla.bench.gdn_shapes import HeadConfig
+
+CONV_KERNEL = 4  # Qwen3-Next's linear_conv_kernel_dim
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A backend and how q/k reach it: repeated to Hv heads, or grouped (GVA)."""
+
+    name: str
+    backend: str
+    repeat: bool
+    about: str
+    direct: bool = False  # the library's own function, called as slime calls it, not this package's backend
+
+
+VARIANTS = {
+    v.name: v
+    for v in (
+        Variant("fla-repeat", "fla", True, "FLA's kernels, q/k repeated to Hv heads (slime's default path today)"),
+        Variant("fla-gva", "fla", False, "FLA's kernels, q/k with their own Hk heads"),
+        Variant(
+            "flashqla-repeat",
+            "flashqla",
+            True,
+            "flash_qla.chunk_gated_delta_rule itself, q/k repeated to Hv heads (slime's FlashQLA path)",
+            direct=True,
+        ),
+        Variant(
+            "flashqla-gva", "flashqla", False, "FlashQLA through this package's backend, q/k with their own Hk heads"
+        ),
+        Variant(
+            "flashqla-direct-gva",
+            "flashqla",
+            False,
+            "flash_qla.chunk_gated_delta_rule itself with GVA (its own torch.compile'd q/k l2norm)",
+            direct=True,
+        ),
+        Variant("auto", "auto", False, "the `auto` backend (GVA): FlashQLA where it validates, else FLA, else torch"),
+        Variant("torch", "torch", False, "the pure-PyTorch reference, GVA (slow: only when asked)"),
+        Variant("torch-repeat", "torch", True, "the pure-PyTorch reference, q/k repeated (slow: only when asked)"),
+    )
+}
+DEFAULT_VARIANTS = ("fla-repeat", "fla-gva", "flashqla-repeat", "flashqla-gva", "auto")
+
+
+def variant_problem(variant: Variant, mode: str, plan) -> str | None:
+    """Why `variant` cannot run `mode` on this machine, or None (imports the backend, launches nothing)."""
+    if variant.backend in ("torch", "auto"):  # auto always has a fallback; rows record what it picked
+        return None
+    import torch
+
+    from slime_flashqla.gdn import GDNShape, get_chunk_gated_delta_rule
+    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+
+    try:
+        get_chunk_gated_delta_rule(variant.backend)
+    except (ImportError, RuntimeError) as error:  # a missing package, FlashQLAUnavailableError
+        return str(error)
+    heads = plan.heads[0]
+    shape = GDNShape(1, 64, heads.key_heads, heads.value_heads, plan.head_dim, plan.head_dim, 1, True)
+    dtype = getattr(torch, plan.dtype)
+    ok, why = KERNEL_BACKENDS[variant.backend].supports(shape, dtype, plan.device, mode == "fwd+bwd")
+    if not ok:
+        return why
+    if variant.backend == "fla":
+        from slime_flashqla.gdn.fla_kernels import fla_own_chunk_gated_delta_rule
+
+        try:
+            fla_own_chunk_gated_delta_rule()
+        except (ImportError, RuntimeError) as error:
+            return str(error)
+    return None
+
+
+def variant_note(variant: Variant) -> str:
+    """A caveat that belongs next to the variant's numbers (empty when none)."""
+    if variant.name == "fla-gva":
+        from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+
+        if not KERNEL_BACKENDS["fla"].supports_gva:
+            return "this FLA takes no GVA: the backend repeats q/k itself"
+    return ""
+
+
+def repeating(fn, group: int):
+    """Wrap a chunk_gated_delta_rule so q/k are repeat_interleave'd to Hv heads first (slime's path today)."""
+
+    def chunk_gated_delta_rule(q, k, v, **kwargs):
+        return fn(q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2), v, **kwargs)
+
+    return chunk_gated_delta_rule
+
+
+def backend_fn(variant: Variant):
+    """What the variant calls: this package's backend, or the library's own function."""
+    from slime_flashqla.gdn import get_chunk_gated_delta_rule
+
+    fn = get_chunk_gated_delta_rule(variant.backend)
+    if not variant.direct:
+        return fn
+    import flash_qla  # the only direct variants are FlashQLA's
+
+    # As FLA >= 0.6 forwards slime's call: FlashQLA normalises q/k itself (use_qk_l2norm_in_kernel).
+    return flash_qla.chunk_gated_delta_rule
+
+
+def kernel_fn(variant: Variant, heads: HeadConfig):
+    fn = backend_fn(variant)
+    return (repeating(fn, heads.group) if variant.repeat and heads.group > 1 else fn), fn
+
+
+def kernel_call(fn, inputs: dict, backward: bool):
+    """One timed call of the kernel: forward (under no_grad) or forward + backward of a fixed grad."""
+    import torch
+
+    leaves = [inputs[key].requires_grad_(backward) for key in ("q", "k", "v", "g", "beta")]
+    q, k, v, g, beta = leaves
+
+    def call():
+        with torch.set_grad_enabled(backward):
+            o, _ = fn(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True, cu_seqlens=inputs["cu_seqlens"])
+        if backward:
+            o.backward(inputs["grad"])
+            for leaf in leaves:  # None, not zero: the next backward assigns instead of accumulating
+                leaf.grad = None
+
+    return call
+
+
+def build_layer(variant: Variant, heads: HeadConfig, plan):
+    import torch
+
+    from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint
+    from slime_flashqla.models import gdn_layer_config
+
+    size = {"head_dim": plan.head_dim, "hidden_size": plan.hidden_size, "conv_kernel": CONV_KERNEL}
+    config = gdn_layer_config(heads.key_heads, heads.value_heads, **size)
+    # The same seed for every variant: identical weights, and the caller's RNG is left alone.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(plan.seed)
+        layer = Qwen3NextGatedDeltaNet(config, backend=variant.backend)
+        init_like_checkpoint(layer)
+    layer = layer.to(device=plan.device, dtype=getattr(torch, plan.dtype))
+    if variant.direct:
+        layer.chunk_gated_delta_rule = backend_fn(variant)
+    if variant.repeat and heads.group > 1:
+        layer.chunk_gated_delta_rule = repeating(layer.chunk_gated_delta_rule, heads.group)
+    return layer
+
+
+def layer_call(layer, inputs: dict, backward: bool):
+    """One timed call of the layer: forward (under no_grad) or forward + backward of a fixed grad."""
+    import torch
+
+    x = inputs["x"].requires_grad_(backward)
+    params = list(layer.parameters())
+
+    def call():
+        with torch.set_grad_enabled(backward):
+            out = layer(x, cu_seqlens=inputs["cu_seqlens"])
+        if backward:
+            out.backward(inputs["grad"])
+            x.grad = None
+            for param in params:
+                param.grad = None
+
+    return call
