@@ -45,6 +45,7 @@ from slime_flashqla.bench.variants import (
     kernel_call,
     kernel_fn,
     layer_call,
+    random_inputs,
     variant_note,
     variant_problem,
 )
@@ -294,40 +295,6 @@ def find_problems(plan: Plan) -> dict[tuple[str, str], str]:
 # ---------------------------------------------------------------- measuring
 
 
-def _random(shape: ShapeSpec, plan: Plan, heads: HeadConfig, level: str) -> dict:
-    """Fresh random inputs of one group (same seed for every variant), never zeros."""
-    import torch
-    import torch.nn.functional as F
-
-    device, tokens, dim = plan.device, shape.tokens, plan.head_dim
-    generator = torch.Generator(device=device).manual_seed(plan.seed)
-
-    def randn(*size, dtype=None):
-        dtype = dtype or getattr(torch, plan.dtype)
-        return torch.randn(*size, generator=generator, device=device, dtype=dtype)
-
-    cu_seqlens = torch.tensor(shape.cu_seqlens(), dtype=torch.int32, device=device)
-    if level == "layer":
-        return {
-            "x": randn(1, tokens, plan.hidden_size),
-            "grad": randn(1, tokens, plan.hidden_size),
-            "cu_seqlens": cu_seqlens,
-        }
-    hk, hv = heads.key_heads, heads.value_heads
-    return {
-        "q": randn(1, tokens, hk, dim),
-        "k": randn(1, tokens, hk, dim),
-        "v": randn(1, tokens, hv, dim),
-        # FlashQLA's benchmark decay: logsigmoid(N(0,1)) / 16, i.e. gates close to 1.
-        "g": F.logsigmoid(randn(1, tokens, hv, dtype=torch.float32)) / 16,
-        # beta in the q/k/v dtype and g in float32, as the layers pass them: FlashQLA compiles
-        # per dtype, so this is the kernel a training step (and `warmup`) runs.
-        "beta": randn(1, tokens, hv).sigmoid(),
-        "grad": randn(1, tokens, hv, dim),
-        "cu_seqlens": cu_seqlens,
-    }
-
-
 def _auto_choice(auto, row: Row, plan: Plan, backward: bool):
     """The choice `auto` made for this row's inputs (choices are cached: asking again returns the one it ran)."""
     import torch
@@ -475,7 +442,7 @@ def run_plan(plan: Plan, problems: dict[tuple[str, str], str], progress) -> list
         layers: dict[tuple, object] = {}  # built once per (heads, variant), reused across shapes
         for shape in plan.shapes:
             for heads in plan.heads:
-                inputs = _random(shape, plan, heads, level)
+                inputs = random_inputs(shape.lengths, plan, heads, level)
                 for mode in plan.modes:
                     group = _run_group(level, shape, heads, mode, inputs, layers, plan, problems)
                     for row in group:

@@ -177,3 +177,42 @@ def layer_call(layer, inputs: dict, backward: bool):
                 param.grad = None
 
     return call
+
+
+def random_inputs(lengths, plan, heads: HeadConfig, level: str, generator=None) -> dict:
+    """Fresh random inputs for one packed batch of `lengths` (seeded by `plan.seed` unless given a generator)."""
+    import itertools
+
+    import torch
+    import torch.nn.functional as F
+
+    device, dim = plan.device, plan.head_dim
+    offsets = list(itertools.accumulate(lengths, initial=0))
+    tokens = offsets[-1]
+    if generator is None:
+        generator = torch.Generator(device=device).manual_seed(plan.seed)
+
+    def randn(*size, dtype=None):
+        dtype = dtype or getattr(torch, plan.dtype)
+        return torch.randn(*size, generator=generator, device=device, dtype=dtype)
+
+    cu_seqlens = torch.tensor(offsets, dtype=torch.int32, device=device)
+    if level == "layer":
+        return {
+            "x": randn(1, tokens, plan.hidden_size),
+            "grad": randn(1, tokens, plan.hidden_size),
+            "cu_seqlens": cu_seqlens,
+        }
+    hk, hv = heads.key_heads, heads.value_heads
+    return {
+        "q": randn(1, tokens, hk, dim),
+        "k": randn(1, tokens, hk, dim),
+        "v": randn(1, tokens, hv, dim),
+        # FlashQLA's benchmark decay: logsigmoid(N(0,1)) / 16, i.e. gates close to 1.
+        "g": F.logsigmoid(randn(1, tokens, hv, dtype=torch.float32)) / 16,
+        # beta in the q/k/v dtype and g in float32, as the layers pass them: FlashQLA compiles
+        # per dtype, so this is the kernel a training step (and `warmup`) runs.
+        "beta": randn(1, tokens, hv).sigmoid(),
+        "grad": randn(1, tokens, hv, dim),
+        "cu_seqlens": cu_seqlens,
+    }

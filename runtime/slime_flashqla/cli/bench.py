@@ -10,6 +10,10 @@ import importlib
 BENCHMARKS = {
     "comm": ("slime_flashqla.bench.comm", "torch.distributed latency unwrapped vs each comm-guard policy"),
     "gdn": ("slime_flashqla.bench.gdn", "GDN kernel and layer latency per backend, with and without GVA"),
+    "stream": (
+        "slime_flashqla.bench.stream",
+        "an RL-like stream of training steps per variant: first step, stalls, compiles after step 0",
+    ),
 }
 
 

@@ -268,8 +268,8 @@ def test_variants_of_a_group_share_inputs_and_weights():
     """repeat and GVA layers get identical weights and inputs, so they must compute the same output."""
     plan = gdn.build_plan(parse(*TINY))
     shape, heads = plan.shapes[0], plan.heads[0]
-    inputs = gdn._random(shape, plan, heads, "layer")
-    again = gdn._random(shape, plan, heads, "layer")
+    inputs = variants.random_inputs(shape.lengths, plan, heads, "layer")
+    again = variants.random_inputs(shape.lengths, plan, heads, "layer")
     assert torch.equal(inputs["x"], again["x"]) and inputs["x"].std() > 0.5
     gva = variants.build_layer(variants.VARIANTS["torch"], heads, plan)
     repeat = variants.build_layer(variants.VARIANTS["torch-repeat"], heads, plan)
@@ -277,7 +277,7 @@ def test_variants_of_a_group_share_inputs_and_weights():
         a = gva(inputs["x"], cu_seqlens=inputs["cu_seqlens"])
         b = repeat(inputs["x"], cu_seqlens=inputs["cu_seqlens"])
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    kernel = gdn._random(shape, plan, heads, "kernel")
+    kernel = variants.random_inputs(shape.lengths, plan, heads, "kernel")
     assert kernel["q"].shape == (1, 32, 1, 16) and kernel["v"].shape == (1, 32, 2, 16)
     assert (kernel["g"] < 0).all() and ((kernel["beta"] > 0) & (kernel["beta"] < 1)).all()
 

@@ -1,0 +1,82 @@
+"""A seeded, RL-like stream of packed batches: what a slime training step hands the GDN layers.
+
+Every RL step packs a different set of rollouts: response lengths are long-tailed (most a
+few hundred tokens, some near the budget), so the number of sequences and the total
+token count change from step to step. A pack here is drawn the way a packer fills a
+micro-batch: a token budget for the step, then sequences of random length until the next
+one would not fit (the first is cut to the budget, as a rollout longer than the budget is).
+
+Drawn with Python's `random.Random`, whose Mersenne Twister stream is the same on every
+platform and Python version, so a seed names the same packs everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+DISTRIBUTIONS = ("lognormal", "pareto")
+
+
+class PackError(ValueError):
+    """A pack distribution that cannot be drawn from."""
+
+
+@dataclass(frozen=True)
+class PackDistribution:
+    """Sequence lengths and pack sizes of an RL-like stream; `packs(n)` draws n packs."""
+
+    max_tokens: int = 32768  # the pack budget's upper end: no pack holds more
+    min_len: int = 32  # the shortest sequence (a few dozen tokens: a short answer)
+    median_len: int = 1024  # the typical sequence
+    sigma: float = 1.2  # log-normal spread: larger = longer tail (ignored by pareto)
+    alpha: float = 1.2  # pareto tail index: smaller = longer tail (ignored by lognormal)
+    min_fill: float = 0.25  # each step's budget is uniform in [min_fill, 1] x max_tokens
+    dist: str = "lognormal"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.dist not in DISTRIBUTIONS:
+            raise PackError(f"unknown pack distribution {self.dist!r}; choose from {', '.join(DISTRIBUTIONS)}")
+        if self.min_len < 1:
+            raise PackError(f"the shortest sequence must be >= 1 token, got {self.min_len}")
+        if self.max_tokens < self.min_len:
+            raise PackError(f"--max-tokens {self.max_tokens} is below the shortest sequence ({self.min_len} tokens)")
+        if not self.min_len <= self.median_len <= self.max_tokens:
+            raise PackError(
+                f"the median sequence ({self.median_len}) must lie between --min-len {self.min_len} "
+                f"and --max-tokens {self.max_tokens}"
+            )
+        if not 0 < self.min_fill <= 1:
+            raise PackError(f"--min-fill must be in (0, 1], got {self.min_fill}")
+        if not (self.sigma > 0 and self.alpha > 0):
+            raise PackError(f"sigma and alpha must be > 0, got sigma={self.sigma}, alpha={self.alpha}")
+
+    def _length(self, rng: random.Random) -> int:
+        if self.dist == "lognormal":
+            value = rng.lognormvariate(math.log(self.median_len), self.sigma)
+        else:  # pareto with its median at median_len: x_m * 2**(1/alpha) = median
+            value = self.median_len / 2 ** (1 / self.alpha) * rng.paretovariate(self.alpha)
+        return min(self.max_tokens, max(self.min_len, round(value)))
+
+    def _pack(self, rng: random.Random) -> tuple[int, ...]:
+        low = max(self.min_len, math.ceil(self.min_fill * self.max_tokens))
+        budget = rng.randint(low, self.max_tokens)
+        lengths: list[int] = []
+        total = 0
+        while True:
+            length = self._length(rng)
+            if not lengths:
+                length = min(length, budget)
+            elif total + length > budget:
+                return tuple(lengths)
+            lengths.append(length)
+            total += length
+            if total >= budget:
+                return tuple(lengths)
+
+    def packs(self, count: int) -> list[tuple[int, ...]]:
+        """The first `count` packs of this seed's stream (each a tuple of sequence lengths)."""
+        rng = random.Random(self.seed)
+        return [self._pack(rng) for _ in range(count)]

@@ -1,0 +1,421 @@
+"""`slime-flashqla bench stream`: a seeded RL-like stream of training steps, one fresh process per variant.
+
+Where `bench gdn` warms up and then times one shape, this measures what a training run feels:
+time from process start to the first step, every step's seconds while pack sizes change, the
+stalls, and the TileLang compiles and Triton compiles/autotunes each step caused (counted from
+the libraries' own hooks and logs: kernels/compile_log.py). Every variant runs the same packs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from slime_flashqla.bench.gdn_shapes import HeadConfig, ShapeError, parse_heads
+from slime_flashqla.bench.packs import DISTRIBUTIONS, PackDistribution, PackError
+from slime_flashqla.bench.report import environment, print_table, rich_console
+from slime_flashqla.bench.stream_worker import StreamJob
+from slime_flashqla.bench.variants import VARIANTS, Variant, variant_problem
+
+LEVELS = ("layer", "kernel")
+# slime's two paths and ours: FlashQLA's own function with q/k repeated (slime's FlashQLA path),
+# FLA with q/k repeated and FLA_FLASH_QLA=0 (slime's default path), and `auto`.
+DEFAULT_VARIANTS = ("auto", "flashqla-repeat", "fla-repeat")
+STALL_FACTOR = 1.5  # a step slower than this times the steady median counts as a stall
+COMPILE_KINDS = ("tilelang-compile", "triton-compile")
+AUTOTUNE_KINDS = ("triton-autotune",)
+
+
+class StreamInputError(ValueError):
+    """Bad command-line input, reported before any process starts."""
+
+
+@dataclass
+class StreamPlan:
+    """The parsed options of one run."""
+
+    device: object  # torch.device
+    level: str
+    heads: list[HeadConfig]
+    variants: list[Variant]
+    steps: int
+    packs: PackDistribution
+    dtype: str
+    head_dim: int
+    hidden_size: int
+    seed: int
+    cache_dir: str | None = None
+    timeout: float = 3600.0
+    jobs: list[StreamJob] = field(default_factory=list)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the `bench stream` options to a parser."""
+    parser.description = __doc__.splitlines()[0]
+    parser.add_argument("--steps", type=int, default=200, help="training steps per variant (default 200)")
+    parser.add_argument("--level", choices=LEVELS, default="layer", help="a whole GDN layer (default) or the kernel")
+    parser.add_argument("--heads", default="", help="comma list of Hk/Hv per rank (default 16/32)")
+    parser.add_argument("--model", action="append", default=[], help="model name or config.json, as warmup takes it")
+    parser.add_argument("--tp", default="1", help="comma list of tensor-parallel sizes for --model (default 1)")
+    parser.add_argument(
+        "--variants",
+        default=None,
+        help=f"comma list of {', '.join(VARIANTS)} (default {','.join(DEFAULT_VARIANTS)})",
+    )
+    parser.add_argument("--backend", help="run one backend alone (auto, flashqla, fla, torch) instead of --variants")
+    parser.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda when a GPU is present)")
+    parser.add_argument("--max-tokens", type=int, default=32768, help="largest pack, in tokens (default 32768)")
+    parser.add_argument("--min-len", type=int, default=32, help="shortest sequence (default 32)")
+    parser.add_argument("--median-len", type=int, default=1024, help="median sequence length (default 1024)")
+    parser.add_argument("--dist", choices=DISTRIBUTIONS, default="lognormal", help="sequence length distribution")
+    parser.add_argument("--sigma", type=float, default=1.2, help="log-normal spread of the lengths (default 1.2)")
+    parser.add_argument("--alpha", type=float, default=1.2, help="pareto tail index of the lengths (default 1.2)")
+    parser.add_argument(
+        "--min-fill", type=float, default=0.25, help="each pack's budget is uniform in [min-fill, 1] x max-tokens"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the packs, inputs and weights (default 0)")
+    parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="default bf16 on GPU, fp32 on CPU")
+    parser.add_argument("--head-dim", type=int, default=128, help="K = V head size (default 128)")
+    parser.add_argument("--hidden-size", type=int, default=2048, help="layer hidden size (default 2048)")
+    parser.add_argument("--cache-dir", help="TileLang cache directory for the workers (default: $TILELANG_CACHE_DIR)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds one variant may take (default 3600)")
+    parser.add_argument("--json", metavar="PATH", help="write steps and summary as JSON")
+    parser.add_argument("--plot", metavar="PATH.png", help="step time against step, a line per variant (log scale)")
+    parser.add_argument("--plain", action="store_true", help="plain-text table even with rich")
+    return parser
+
+
+def _heads(args) -> list[HeadConfig]:
+    from slime_flashqla.models import model_heads, split_for_tp
+
+    try:
+        heads = parse_heads(args.heads) if args.heads.strip() else []
+        tps = [int(item) for item in args.tp.split(",") if item.strip()]
+        for model in args.model:
+            full = model_heads(model)
+            heads += [HeadConfig(h.key_heads, h.value_heads) for h in (split_for_tp(full, tp) for tp in tps)]
+    except (ShapeError, ValueError) as error:
+        raise StreamInputError(str(error)) from None
+    return list(dict.fromkeys(heads)) or [HeadConfig(16, 32)]
+
+
+def _variants(args) -> list[Variant]:
+    if args.backend and args.variants:
+        raise StreamInputError("give --backend or --variants, not both")
+    if args.backend:
+        name = {"flashqla": "flashqla-gva", "fla": "fla-gva"}.get(args.backend, args.backend)
+        if name not in VARIANTS or VARIANTS[name].repeat:
+            raise StreamInputError(f"unknown --backend {args.backend!r}; choose from auto, flashqla, fla, torch")
+        return [VARIANTS[name]]
+    names = [item.strip() for item in (args.variants or ",".join(DEFAULT_VARIANTS)).split(",") if item.strip()]
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown or not names:
+        raise StreamInputError(
+            f"unknown variant(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(VARIANTS)}"
+        )
+    return [VARIANTS[name] for name in dict.fromkeys(names)]
+
+
+def build_plan(args: argparse.Namespace) -> StreamPlan:
+    """Parse and check the options; raise StreamInputError naming the first problem."""
+    from slime_flashqla.bench.gdn import BenchInputError, _parse_device
+
+    for name, value, low in (
+        ("--steps", args.steps, 2),
+        ("--head-dim", args.head_dim, 1),
+        ("--hidden-size", args.hidden_size, 1),
+        ("--timeout", args.timeout, 1),
+    ):
+        if value < low:
+            raise StreamInputError(f"{name} must be >= {low}, got {value}")
+    try:
+        packs = PackDistribution(
+            max_tokens=args.max_tokens,
+            min_len=args.min_len,
+            median_len=args.median_len,
+            sigma=args.sigma,
+            alpha=args.alpha,
+            min_fill=args.min_fill,
+            dist=args.dist,
+            seed=args.seed,
+        )
+        device = _parse_device(args.device)
+    except (PackError, BenchInputError) as error:
+        raise StreamInputError(str(error)) from None
+    for option in ("json", "plot"):
+        path = getattr(args, option)
+        if path and not Path(path).resolve().parent.is_dir():
+            raise StreamInputError(f"--{option} {path}: the directory {Path(path).parent} does not exist")
+    return StreamPlan(
+        device=device,
+        level=args.level,
+        heads=_heads(args),
+        variants=_variants(args),
+        steps=args.steps,
+        packs=packs,
+        dtype=args.dtype or ("bfloat16" if device.type == "cuda" else "float32"),
+        head_dim=args.head_dim,
+        hidden_size=args.hidden_size,
+        seed=args.seed,
+        cache_dir=args.cache_dir,
+        timeout=args.timeout,
+    )
+
+
+def _problems(plan: StreamPlan) -> dict[str, str]:
+    """{variant: why it cannot run here} (imports backends, launches nothing)."""
+    problems = {}
+    for variant in plan.variants:
+        reason = variant_problem(variant, "fwd+bwd", plan)
+        if reason:
+            problems[variant.name] = reason
+    return problems
+
+
+def _variant_env(variant: Variant) -> dict:
+    # slime's default path runs FLA with its forwarding to FlashQLA off; FLA reads this once, at import.
+    return {"FLA_FLASH_QLA": "0"} if variant.backend == "fla" else {}
+
+
+def run_worker(job: StreamJob, log_path: Path, timeout: float, cache_dir: str | None) -> dict:
+    """Start one fresh worker process for `job`, wait for it, and return its result dict."""
+    job_path = Path(job.result).with_suffix(".job.json")
+    env = {**os.environ, **job.env, "PYTHONUNBUFFERED": "1"}
+    if cache_dir:
+        env["TILELANG_CACHE_DIR"] = str(Path(cache_dir).expanduser().resolve())
+    command = [sys.executable, "-m", "slime_flashqla.bench.stream_worker", str(job_path)]
+    with open(log_path, "w") as log:
+        job.spawned = time.time()
+        job_path.write_text(json.dumps(asdict(job)))
+        try:
+            done = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {timeout:.0f} s (see {log_path})"}
+    path = Path(job.result)
+    if not path.exists():
+        return {"error": f"the worker exited with {done.returncode} and wrote no result (see {log_path})"}
+    result = json.loads(path.read_text())
+    if done.returncode and "error" not in result:
+        result["error"] = f"the worker exited with {done.returncode} (see {log_path})"
+    return result
+
+
+def summarize(result: dict) -> dict:
+    """first_step_s, steady_median_s, stall_s, total_s and the compiles/autotunes after step 0, of one worker."""
+    steps = result["steps"]
+    later = steps[1:]
+    median = statistics.median(step["seconds"] for step in later)
+    events = [event for step in later for event in step["events"]]
+    first_step_s = result["first_step_end"] - result["job"]["spawned"]
+
+    def names(kinds) -> dict[str, int]:
+        return dict(Counter(event["name"] for event in events if event["kind"] in kinds).most_common())
+
+    return {
+        "variant": result["job"]["variant"],
+        "heads": result["job"]["heads"],
+        "level": result["job"]["level"],
+        "first_step_s": first_step_s,
+        "steady_median_s": median,
+        # Steps after the first only: the first step's loads are in first_step_s.
+        "stall_s": sum(max(0.0, step["seconds"] - STALL_FACTOR * median) for step in later),
+        "total_s": first_step_s + sum(step["seconds"] for step in later),
+        "compiles_after_warmup": sum(event["kind"] in COMPILE_KINDS for event in events),
+        "autotunes_after_warmup": sum(event["kind"] in AUTOTUNE_KINDS for event in events),
+        "torch_compiles_after_warmup": sum(event["kind"] == "torch-compile" for event in events),
+        "compiled_after_warmup": names(COMPILE_KINDS),
+        "autotuned_after_warmup": names(AUTOTUNE_KINDS),
+        "first_step_compiles": sum(
+            event["kind"] in COMPILE_KINDS + AUTOTUNE_KINDS for event in result["setup_events"] + steps[0]["events"]
+        ),
+        "hooked": result["hooked"],
+    }
+
+
+SUMMARY_HEADERS = (
+    "Hk/Hv",
+    "variant",
+    "first step s",
+    "steady median ms",
+    "stall s",
+    "total s",
+    "compiles after step 0",
+    "autotunes after step 0",
+    "what compiled or autotuned",
+)
+
+
+def summary_cells(summary: list[dict]) -> list[list[str]]:
+    """The summary table as strings."""
+    cells = []
+    for item in summary:
+        if "error" in item:
+            cells.append([item["heads"], item["variant"], "-", "-", "-", "-", "-", "-", f"ERROR {item['error']}"])
+            continue
+        what = {**item["compiled_after_warmup"], **item["autotuned_after_warmup"]}
+        cells.append(
+            [
+                item["heads"],
+                item["variant"],
+                f"{item['first_step_s']:.2f}",
+                f"{item['steady_median_s'] * 1e3:.2f}",
+                f"{item['stall_s']:.2f}",
+                f"{item['total_s']:.2f}",
+                str(item["compiles_after_warmup"]),
+                str(item["autotunes_after_warmup"]),
+                ", ".join(f"{name} x{n}" for name, n in what.items()) or "-",
+            ]
+        )
+    return cells
+
+
+def plot_steps(steps: list[dict], path: str, title: str) -> str | None:
+    """Step seconds against step, one line per variant (a panel per head config, log scale); why not, or None."""
+    from slime_flashqla.bench.plot import matplotlib_missing
+
+    missing = matplotlib_missing()
+    if missing:
+        return missing
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    heads = list(dict.fromkeys(step["heads"] for step in steps))
+    figure = Figure(figsize=(9, 3.5 * len(heads)), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(len(heads), 1, squeeze=False)[:, 0]
+    for ax, label in zip(axes, heads, strict=True):
+        for variant in dict.fromkeys(step["variant"] for step in steps):
+            mine = [step for step in steps if step["heads"] == label and step["variant"] == variant]
+            ax.plot([s["step"] for s in mine], [s["seconds"] for s in mine], label=variant, linewidth=1)
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel("seconds per step")
+        ax.set_title(f"{title}, Hk/Hv {label}")
+        ax.legend()
+    figure.savefig(path, dpi=110)
+    return None
+
+
+def run_plan(plan: StreamPlan, workdir: Path, progress) -> tuple[list[dict], list[dict]]:
+    """Run every (heads, variant) in its own process; return (steps, summary)."""
+    steps, summary = [], []
+    for heads in plan.heads:
+        for variant in plan.variants:
+            tag = f"{variant.name}-{heads.key_heads}-{heads.value_heads}"
+            job = StreamJob(
+                variant=variant.name,
+                level=plan.level,
+                heads=heads.label,
+                steps=plan.steps,
+                packs=asdict(plan.packs),
+                device=str(plan.device),
+                dtype=plan.dtype,
+                head_dim=plan.head_dim,
+                hidden_size=plan.hidden_size,
+                seed=plan.seed,
+                spawned=0.0,
+                result=str(workdir / f"{tag}.result.json"),
+                env=_variant_env(variant),
+            )
+            log_path = workdir / f"{tag}.log"
+            result = run_worker(job, log_path, plan.timeout, plan.cache_dir)
+            if "error" in result:
+                tail = log_path.read_text().strip().splitlines()[-3:] if log_path.exists() else []
+                item = {"variant": variant.name, "heads": heads.label, "error": result["error"], "log_tail": tail}
+            else:
+                item = summarize(result)
+                for step in result["steps"]:
+                    row = {key: step[key] for key in ("step", "tokens", "sequences", "seconds")}
+                    steps.append({"variant": variant.name, "heads": heads.label, **row, "events": step["events"]})
+            summary.append(item)
+            progress(item)
+    return steps, summary
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run `bench stream`; 0 when every variant ran, 1 when one failed, 2 for bad input."""
+    try:
+        plan = build_plan(args)
+    except StreamInputError as error:
+        print(f"bench stream: {error}", file=sys.stderr)
+        return 2
+    problems = _problems(plan)
+    if problems:
+        for name, reason in problems.items():
+            print(f"bench stream: {name} cannot run here: {reason}", file=sys.stderr)
+        return 2
+    packs = plan.packs.packs(plan.steps)
+    tokens = [sum(p) for p in packs]
+    print(
+        f"bench stream: {plan.steps} {plan.level} steps per variant, packs of {min(tokens)}-{max(tokens)} tokens "
+        f"in {min(map(len, packs))}-{max(map(len, packs))} sequences (seed {plan.seed}); variants "
+        f"{', '.join(v.name for v in plan.variants)}; heads {', '.join(h.label for h in plan.heads)}",
+        flush=True,
+    )
+    console = rich_console(args.plain)
+    env = environment(plan.device, "slime_flashqla.bench.stream")
+
+    def progress(item: dict) -> None:
+        if "error" in item:
+            print(f"  {item['heads']} {item['variant']}: ERROR {item['error']}", flush=True)
+        else:
+            print(
+                f"  {item['heads']} {item['variant']}: first step {item['first_step_s']:.2f} s, steady "
+                f"{item['steady_median_s'] * 1e3:.2f} ms, stalls {item['stall_s']:.2f} s, "
+                f"{item['compiles_after_warmup']} compile(s) and {item['autotunes_after_warmup']} autotune(s) "
+                "after step 0",
+                flush=True,
+            )
+
+    with tempfile.TemporaryDirectory(prefix="slime-flashqla-stream-") as tmp:
+        steps, summary = run_plan(plan, Path(tmp), progress)
+    where = env["gpu"] or f"CPU ({env['cpu']})"
+    print_table(
+        console, f"bench stream on {where}: {plan.level}, {plan.steps} steps", SUMMARY_HEADERS, summary_cells(summary)
+    )
+    if args.json:
+        report = {
+            "environment": env,
+            "settings": {
+                **asdict(plan.packs),
+                "steps": plan.steps,
+                "level": plan.level,
+                "dtype": plan.dtype,
+                "head_dim": plan.head_dim,
+                "hidden_size": plan.hidden_size,
+                "stall_factor": STALL_FACTOR,
+            },
+            "steps": [{k: v for k, v in step.items() if k != "events"} for step in steps],
+            "events": [
+                {"variant": s["variant"], "heads": s["heads"], "step": s["step"], **event}
+                for s in steps
+                for event in s["events"]
+            ],
+            "summary": summary,
+        }
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    if args.plot:
+        problem = plot_steps(steps, args.plot, f"{plan.level} steps on {where}") if steps else "no steps to plot"
+        print(f"bench stream: {problem}; no PNG written" if problem else f"wrote {args.plot}")
+    return 1 if any("error" in item for item in summary) else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The standalone parser of `python -m slime_flashqla.bench.stream`."""
+    return add_arguments(argparse.ArgumentParser(prog="python -m slime_flashqla.bench.stream"))
+
+
+run = main  # the name `slime-flashqla bench` calls
+
+if __name__ == "__main__":
+    sys.exit(main(build_parser().parse_args()))

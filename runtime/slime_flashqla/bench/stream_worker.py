@@ -1,0 +1,135 @@
+"""One variant's stream of training steps in a fresh process: what `bench stream` runs per variant.
+
+`python -m slime_flashqla.bench.stream_worker JOB.json` reads a StreamJob, hooks the compile
+log before anything imports a kernel package, builds the variant's layer (or kernel call),
+runs one forward+backward per pack of the seeded stream, and writes the per-step seconds and
+the compiles/autotunes each step caused to the job's result path.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class StreamJob:
+    """Everything one worker process needs (written as JSON by the parent)."""
+
+    variant: str
+    level: str  # layer | kernel
+    heads: str  # "Hk/Hv"
+    steps: int
+    packs: dict  # PackDistribution fields
+    device: str
+    dtype: str
+    head_dim: int
+    hidden_size: int
+    seed: int
+    spawned: float  # the parent's time.time() just before it started this process
+    result: str  # where the worker writes its JSON result
+    env: dict = field(default_factory=dict)  # set by the parent for this variant (for the report)
+
+
+@dataclass
+class _Plan:
+    """The plan-like object the bench variants build layers and inputs from."""
+
+    device: object
+    dtype: str
+    head_dim: int
+    hidden_size: int
+    seed: int
+    heads: list
+
+
+def _events(events) -> list[dict]:
+    return [{"kind": event.kind, "name": event.name} for event in events]
+
+
+def run_job(job: StreamJob) -> dict:
+    """Run the job's steps; return the result dict (steps with seconds and compile events)."""
+    from slime_flashqla.kernels.compile_log import CompileLog
+
+    log = CompileLog().install()  # before any kernel package is imported
+    import torch
+
+    from slime_flashqla.bench.gdn_shapes import parse_heads
+    from slime_flashqla.bench.packs import PackDistribution
+    from slime_flashqla.bench.variants import VARIANTS, build_layer, kernel_call, kernel_fn, layer_call, random_inputs
+
+    device = torch.device(job.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    heads = parse_heads(job.heads)[0]
+    plan = _Plan(device, job.dtype, job.head_dim, job.hidden_size, job.seed, [heads])
+    variant = VARIANTS[job.variant]
+    packs = PackDistribution(**job.packs).packs(job.steps)
+    if job.level == "layer":
+        layer = build_layer(variant, heads, plan)
+
+        def prepare(inputs):
+            return layer_call(layer, inputs, True)
+    else:
+        fn, _ = kernel_fn(variant, heads)
+
+        def prepare(inputs):
+            return kernel_call(fn, inputs, True)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    generator = torch.Generator(device=device).manual_seed(job.seed)
+    setup_events = log.take()
+    steps, first_step_end = [], None
+    for index, lengths in enumerate(packs):
+        # A training step's inputs exist before its forward starts: made and settled outside the clock.
+        call = prepare(random_inputs(lengths, plan, heads, job.level, generator))
+        sync()
+        start = time.perf_counter()
+        call()
+        sync()
+        seconds = time.perf_counter() - start
+        if first_step_end is None:
+            first_step_end = time.time()
+        steps.append(
+            {
+                "step": index,
+                "tokens": sum(lengths),
+                "sequences": len(lengths),
+                "seconds": seconds,
+                "events": _events(log.take()),
+            }
+        )
+    return {
+        "first_step_end": first_step_end,
+        "setup_events": _events(setup_events),
+        "hooked": log.hooked,
+        "steps": steps,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the job named on the command line; write its result (or its error) to the job's result path."""
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0]) as handle:
+        job = StreamJob(**json.load(handle))
+    try:
+        result = run_job(job)
+        code = 0
+    except Exception as error:  # reported by the parent as this variant's one-line failure
+        traceback.print_exc()
+        text = str(error).strip()
+        result = {"error": f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"}
+        code = 1
+    with open(job.result, "w") as handle:
+        json.dump({"job": asdict(job), **result}, handle)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
