@@ -3,8 +3,9 @@
 Every RL step packs a different set of rollouts: response lengths are long-tailed (most a
 few hundred tokens, some near the budget), so the number of sequences and the total
 token count change from step to step. A pack here is drawn the way a packer fills a
-micro-batch: a token budget for the step, then sequences of random length until the next
-one would not fit (the first is cut to the budget, as a rollout longer than the budget is).
+micro-batch: a token budget for the step, then rollouts of random length while they fit; a
+rollout that does not fit is left for a later pack, and the pack closes after MISSES such
+rollouts in a row (the first is cut to the budget, as a rollout longer than the budget is).
 
 Drawn with Python's `random.Random`, whose Mersenne Twister stream is the same on every
 platform and Python version, so a seed names the same packs everywhere.
@@ -17,6 +18,7 @@ import random
 from dataclasses import dataclass
 
 DISTRIBUTIONS = ("lognormal", "pareto")
+MISSES = 3  # rollouts in a row that do not fit before a pack is closed
 
 
 class PackError(ValueError):
@@ -64,17 +66,18 @@ class PackDistribution:
         low = max(self.min_len, math.ceil(self.min_fill * self.max_tokens))
         budget = rng.randint(low, self.max_tokens)
         lengths: list[int] = []
-        total = 0
-        while True:
+        total = misses = 0
+        while total < budget and misses < MISSES:
             length = self._length(rng)
             if not lengths:
                 length = min(length, budget)
             elif total + length > budget:
-                return tuple(lengths)
+                misses += 1
+                continue
             lengths.append(length)
             total += length
-            if total >= budget:
-                return tuple(lengths)
+            misses = 0
+        return tuple(lengths)
 
     def packs(self, count: int) -> list[tuple[int, ...]]:
         """The first `count` packs of this seed's stream (each a tuple of sequence lengths)."""
