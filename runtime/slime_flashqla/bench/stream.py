@@ -27,9 +27,9 @@ from slime_flashqla.bench.stream_worker import StreamJob
 from slime_flashqla.bench.variants import VARIANTS, Variant, variant_problem
 
 LEVELS = ("layer", "kernel")
-# slime's two paths and ours: FlashQLA's own function with q/k repeated (slime's FlashQLA path),
-# FLA with q/k repeated and FLA_FLASH_QLA=0 (slime's default path), and `auto`.
-DEFAULT_VARIANTS = ("auto", "flashqla-repeat", "fla-repeat")
+# Ours and slime's two paths: FlashQLA's own function with q/k repeated (slime's FlashQLA path), and
+# FLA's public function with q/k repeated and FLA_FLASH_QLA=0 (slime's default path).
+DEFAULT_VARIANTS = ("auto", "flashqla-repeat", "slime-fla")
 STALL_FACTOR = 1.5  # a step slower than this times the steady median counts as a stall
 COMPILE_KINDS = ("tilelang-compile", "triton-compile")
 AUTOTUNE_KINDS = ("triton-autotune",)
@@ -175,15 +175,19 @@ def _problems(plan: StreamPlan) -> dict[str, str]:
     """{variant: why it cannot run here} (imports backends, launches nothing)."""
     problems = {}
     for variant in plan.variants:
-        reason = variant_problem(variant, "fwd+bwd", plan)
+        saved = {name: os.environ.get(name) for name, _ in variant.env}
+        os.environ.update(variant.env)  # as its worker will run it
+        try:
+            reason = variant_problem(variant, "fwd+bwd", plan)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
         if reason:
             problems[variant.name] = reason
     return problems
-
-
-def _variant_env(variant: Variant) -> dict:
-    # slime's default path runs FLA with its forwarding to FlashQLA off; FLA reads this once, at import.
-    return {"FLA_FLASH_QLA": "0"} if variant.backend == "fla" else {}
 
 
 def run_worker(job: StreamJob, log_path: Path, timeout: float, cache_dir: str | None) -> dict:
@@ -324,7 +328,7 @@ def run_plan(plan: StreamPlan, workdir: Path, progress) -> tuple[list[dict], lis
                 seed=plan.seed,
                 spawned=0.0,
                 result=str(workdir / f"{tag}.result.json"),
-                env=_variant_env(variant),
+                env=dict(variant.env),
             )
             log_path = workdir / f"{tag}.log"
             result = run_worker(job, log_path, plan.timeout, plan.cache_dir)

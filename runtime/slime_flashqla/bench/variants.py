@@ -23,12 +23,22 @@ class Variant:
     repeat: bool
     about: str
     direct: bool = False  # the library's own function, called as slime calls it, not this package's backend
+    env: tuple[tuple[str, str], ...] = ()  # environment the variant is defined with (bench stream sets it)
 
 
 VARIANTS = {
     v.name: v
     for v in (
-        Variant("fla-repeat", "fla", True, "FLA's kernels, q/k repeated to Hv heads (slime's default path today)"),
+        Variant("fla-repeat", "fla", True, "FLA's own kernels through this package's `fla` backend, q/k repeated"),
+        Variant(
+            "slime-fla",
+            "fla",
+            True,
+            "fla.ops.gated_delta_rule.chunk_gated_delta_rule itself with FLA_FLASH_QLA=0, q/k repeated to Hv heads "
+            "and normalised by FLA (slime's default path)",
+            direct=True,
+            env=(("FLA_FLASH_QLA", "0"),),
+        ),
         Variant("fla-gva", "fla", False, "FLA's kernels, q/k with their own Hk heads"),
         Variant(
             "flashqla-repeat",
@@ -75,12 +85,14 @@ def variant_problem(variant: Variant, mode: str, plan) -> str | None:
     if not ok:
         return why
     if variant.backend == "fla":
-        from slime_flashqla.gdn.fla_kernels import fla_own_chunk_gated_delta_rule
+        from slime_flashqla.gdn.fla_kernels import fla_forwards_to_flashqla, fla_own_chunk_gated_delta_rule
 
         try:
             fla_own_chunk_gated_delta_rule()
         except (ImportError, RuntimeError) as error:
             return str(error)
+        if variant.direct and fla_forwards_to_flashqla():
+            return "FLA would forward this call to FlashQLA here: run it with FLA_FLASH_QLA=0"
     return None
 
 
@@ -110,7 +122,12 @@ def backend_fn(variant: Variant):
     fn = get_chunk_gated_delta_rule(variant.backend)
     if not variant.direct:
         return fn
-    import flash_qla  # the only direct variants are FlashQLA's
+    if variant.backend == "fla":
+        # FLA's public function, as slime calls it; with FLA_FLASH_QLA=0 its dispatch runs FLA's own kernels.
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+        return chunk_gated_delta_rule
+    import flash_qla
 
     # As FLA >= 0.6 forwards slime's call: FlashQLA normalises q/k itself (use_qk_l2norm_in_kernel).
     return flash_qla.chunk_gated_delta_rule

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from slime_flashqla.gdn.backends import KERNEL_BACKENDS, needs_backward
-from slime_flashqla.gdn.errors import FlashQLAUnavailableError
 from slime_flashqla.gdn.inputs import GDNShape, check_inputs
-from slime_flashqla.gdn.qk_l2norm import l2norm_qk
 
 logger = logging.getLogger("slime_flashqla.gdn")
 
@@ -38,10 +36,7 @@ def _launch(name: str, shape: GDNShape, q, k, v, g, beta, **kwargs):
     group = shape.value_heads // shape.key_heads
     if group > 1 and not backend.supports_gva:
         q, k = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
-    if name == "flashqla":
-        q, k, kwargs = l2norm_qk(q, k, kwargs)
-        # FlashQLA's TileLang kernels take dense strides; slices of a fused projection are not.
-        q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
+    q, k, v, g, beta, kwargs = backend.prepare(q, k, v, g, beta, kwargs)
     return kernel(q, k, v, g=g, beta=beta, **kwargs)
 
 
@@ -62,8 +57,7 @@ def _checked_call(name: str):
             runtime_verdicts[key] = backend.runtime_problem(q.device, backward, q.dtype)
         problem = runtime_verdicts[key]
         if problem:
-            error = FlashQLAUnavailableError if name == "flashqla" else RuntimeError
-            raise error(f"chunk_gated_delta_rule[{name}]: {problem}")
+            raise backend.unavailable_error(f"chunk_gated_delta_rule[{name}]: {problem}")
         return _launch(name, shape, q, k, v, g, beta, initial_state=initial_state, **kwargs)
 
     def chunk_gated_delta_rule(

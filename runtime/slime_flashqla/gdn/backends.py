@@ -10,6 +10,7 @@ import torch
 from slime_flashqla.gdn.errors import FlashQLAUnavailableError
 from slime_flashqla.gdn.inputs import GDNShape
 from slime_flashqla.gdn.packages import is_installed, require
+from slime_flashqla.gdn.qk_l2norm import l2norm_qk
 from slime_flashqla.gdn.validation import flashqla_runtime_status
 
 FLASHQLA_HEAD_DIM = 128
@@ -25,6 +26,7 @@ class TorchBackend:
 
     name = "torch"
     supports_gva = True
+    unavailable_error = RuntimeError
 
     def available(self, device: torch.device | None = None) -> tuple[bool, str]:
         return True, "pure PyTorch, always available"
@@ -46,12 +48,17 @@ class TorchBackend:
 
         return chunk_gated_delta_rule_torch
 
+    def prepare(self, q, k, v, g, beta, kwargs: dict):
+        """The inputs as this backend's kernel takes them (the reference takes them as they are)."""
+        return q, k, v, g, beta, kwargs
+
 
 class FLABackend:
     """FLA's own Triton kernels (never FLA's forwarding to FlashQLA)."""
 
     name = "fla"
     module = "fla"
+    unavailable_error = RuntimeError
 
     @property
     def supports_gva(self) -> bool:
@@ -86,6 +93,11 @@ class FLABackend:
 
         return fla_own_chunk_gated_delta_rule()
 
+    def prepare(self, q, k, v, g, beta, kwargs: dict):
+        """q/k normalised by this package's fixed-launch l2norm, so FLA's autotuned one never runs."""
+        q, k, kwargs = l2norm_qk(q, k, kwargs)
+        return q, k, v, g, beta, kwargs
+
 
 class FlashQLABackend:
     """FlashQLA's TileLang kernels: SM90/SM100/SM103, forward-only on SM120/SM121, K = V = 128."""
@@ -93,6 +105,7 @@ class FlashQLABackend:
     name = "flashqla"
     module = "flash_qla"
     supports_gva = True
+    unavailable_error = FlashQLAUnavailableError
 
     def available(self, device: torch.device | None = None, *, backward: bool = False) -> tuple[bool, str]:
         status = flashqla_runtime_status(device, backward=backward)
@@ -138,6 +151,12 @@ class FlashQLABackend:
         import flash_qla
 
         return flash_qla.chunk_gated_delta_rule
+
+    def prepare(self, q, k, v, g, beta, kwargs: dict):
+        """q/k normalised here (not by FlashQLA's torch.compile'd l2norm), every input dense."""
+        q, k, kwargs = l2norm_qk(q, k, kwargs)
+        # FlashQLA's TileLang kernels take dense strides; slices of a fused projection are not.
+        return (*(t.contiguous() for t in (q, k, v, g, beta)), kwargs)
 
 
 KERNEL_BACKENDS = {b.name: b for b in (FlashQLABackend(), FLABackend(), TorchBackend())}
