@@ -25,6 +25,12 @@ def register(subparsers) -> None:
         help="packed batches run per configuration, '+'-joined sequence lengths (default 1000+3096,8192+24576: "
         "a long one too, since FlashQLA compiles separate kernels for long sequences)",
     )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=32768,
+        help="the largest pack training runs, in tokens (default 32768): the coverage packs reach it",
+    )
     parser.add_argument("--dense", action="store_true", help="also warm the non-varlen (B > 1) kernels")
     parser.add_argument("--cache-dir", default=None, help="TileLang cache directory (default: $TILELANG_CACHE_DIR)")
     parser.add_argument("--jobs", type=int, default=1, help="configurations compiled in parallel (processes)")
@@ -36,7 +42,7 @@ def register(subparsers) -> None:
 
 def build_tasks(args):
     """The warm-up tasks the arguments describe (validated before anything runs)."""
-    from slime_flashqla.kernels.warmup import WARMUP_BACKENDS, WarmupTask
+    from slime_flashqla.kernels.warmup import WARMUP_BACKENDS, WarmupTask, warmup_parts
     from slime_flashqla.models import model_heads, parse_heads, split_for_tp
 
     heads = [parse_heads(item) for item in args.heads.split(",") if item.strip()]
@@ -50,8 +56,16 @@ def build_tasks(args):
     unknown = [b for b in backends if b not in WARMUP_BACKENDS]
     if unknown:
         raise ValueError(f"unknown backend(s) {', '.join(unknown)}; choose from {', '.join(WARMUP_BACKENDS)}")
+    if args.max_tokens < 64:
+        raise ValueError(f"--max-tokens must be >= 64, got {args.max_tokens}")
     layouts = (True, False) if args.dense else (True,)
-    return [WarmupTask(backend, h, varlen) for backend in backends for h in sorted(set(heads)) for varlen in layouts]
+    return [
+        WarmupTask(backend, h, varlen, part=part, max_tokens=args.max_tokens)
+        for backend in backends
+        for h in sorted(set(heads))
+        for varlen in layouts
+        for part in warmup_parts(backend, varlen)
+    ]
 
 
 def parse_lengths(text: str) -> tuple[tuple[int, ...], ...]:

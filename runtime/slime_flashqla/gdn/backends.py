@@ -52,6 +52,10 @@ class TorchBackend:
         """The inputs as this backend's kernel takes them (the reference takes them as they are)."""
         return q, k, v, g, beta, kwargs
 
+    def warmup_paths(self) -> dict[str, dict]:
+        """Kernel paths a warm-up must force beside what the layer runs (none: nothing is compiled)."""
+        return {}
+
 
 class FLABackend:
     """FLA's own Triton kernels (never FLA's forwarding to FlashQLA)."""
@@ -97,6 +101,10 @@ class FLABackend:
         """q/k normalised by this package's fixed-launch l2norm, so FLA's autotuned one never runs."""
         q, k, kwargs = l2norm_qk(q, k, kwargs)
         return q, k, v, g, beta, kwargs
+
+    def warmup_paths(self) -> dict[str, dict]:
+        """Kernel paths a warm-up must force beside what the layer runs: FLA has one path."""
+        return {"kernel": {}}
 
 
 class FlashQLABackend:
@@ -157,6 +165,15 @@ class FlashQLABackend:
         q, k, kwargs = l2norm_qk(q, k, kwargs)
         # FlashQLA's TileLang kernels take dense strides; slices of a fused projection are not.
         return (*(t.contiguous() for t in (q, k, v, g, beta)), kwargs)
+
+    def warmup_paths(self) -> dict[str, dict]:
+        """FlashQLA's two kernel paths, forced: it picks per pack between intra-card CP and none.
+
+        The two paths are different TileLang kernels, and which one a pack takes is FlashQLA's
+        cost-model decision, so a warm-up that only runs the packs it happens to draw compiles
+        only the paths those packs took. (Keyword arguments of flash-qla 0.1.3.)
+        """
+        return {"no-cp": {"auto_cp": False}, "intra-cp": {"force_intra_cp": True}}
 
 
 KERNEL_BACKENDS = {b.name: b for b in (FlashQLABackend(), FLABackend(), TorchBackend())}

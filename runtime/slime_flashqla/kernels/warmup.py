@@ -1,11 +1,19 @@
-"""Compile FlashQLA's (and FLA's) kernels ahead of training into a persistent cache, one compile per node.
+"""Compile every kernel a training stream launches ahead of training, into a persistent cache, once per node.
 
-TileLang compiles each FlashQLA kernel on first use of a configuration (head counts,
-varlen or not; not each sequence length): about 20 s a kernel on an H200, minutes per
-layer configuration, and every rank of a job would compile the same kernels again.
-Here each configuration is compiled under an exclusive file lock in the cache
-directory: the first process compiles and stores it, every other one (rank, node
-sharing the directory) waits on the lock and then loads the stored kernels.
+TileLang compiles each FlashQLA kernel on first use of a specialisation: about 20 s a
+kernel on an H200, minutes per layer configuration, and every rank of a job would compile
+the same kernels again. A specialisation is more than the head counts: FlashQLA picks per
+pack between its intra-card context-parallel path and the plain one (different kernels),
+sizes its forward's value block by how many sequences (times heads) a pack holds, and
+compiles the initial/final-state variants apart. So a configuration is warmed in parts,
+each its own process and lock: `layer` runs the layer's training step (and a forward-only
+pass) on packs with 1 to 256 sequences and on a sample of the RL pack stream, and each of
+the backend's kernel paths (`no-cp`, `intra-cp`; with `+states` the initial/final-state
+variant that `check` runs) is forced on the same packs.
+
+Each part is compiled under an exclusive file lock in the cache directory: the first
+process compiles and stores it, every other one (rank, node sharing the directory) waits
+on the lock and then loads the stored kernels.
 """
 
 from __future__ import annotations
@@ -22,25 +30,61 @@ from slime_flashqla.kernels.cache import CACHE_ENV, tilelang_cache_dir
 from slime_flashqla.models import HeadConfig
 
 WARMUP_BACKENDS = ("flashqla", "fla", "torch")
-# A short and a long packed batch: FlashQLA switches to its intra-card context-parallel
-# kernels for long sequences, which are separate kernels to compile.
+# A short and a long packed batch, run through the layer first (what warm-up always ran).
 DEFAULT_LENGTHS = ((1000, 3096), (8192, 24576))
+DEFAULT_MAX_TOKENS = 32768  # the pack budget of training
+# Sequences per pack: FlashQLA's forward picks its value block by sequences x heads against
+# 70% of the GPU's SMs, so these counts reach every block size at any head count and GPU.
+SEQUENCE_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+COVERAGE_TOKENS = 8192  # tokens of a counted pack: enough for every count, cheap once compiled
+STREAM_SAMPLE = 24  # packs of the RL-like stream (bench/packs.py) the layer part also runs
+LAYER = "layer"
+STATES = "+states"
 LOCK_DIR = "slime-flashqla-locks"
 
 
 @dataclass(frozen=True)
 class WarmupTask:
-    """One kernel configuration to compile."""
+    """One part of one kernel configuration to compile."""
 
     backend: str
     heads: HeadConfig
     varlen: bool = True
     dtype: str = "bfloat16"
+    part: str = LAYER  # "layer", or a backend kernel path from warmup_paths(), "+states" for the state variant
+    max_tokens: int = DEFAULT_MAX_TOKENS
 
     @property
     def key(self) -> str:
         layout = "varlen" if self.varlen else "dense"
-        return f"{self.backend}-hk{self.heads.key_heads}-hv{self.heads.value_heads}-{layout}-{self.dtype}"
+        heads = f"hk{self.heads.key_heads}-hv{self.heads.value_heads}"
+        return f"{self.backend}-{heads}-{layout}-{self.dtype}-{self.part}-t{self.max_tokens}"
+
+
+def warmup_parts(backend: str, varlen: bool = True) -> list[str]:
+    """The parts a configuration of `backend` is warmed in: the layer, then each forced kernel path."""
+    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+
+    paths = list(KERNEL_BACKENDS[backend].warmup_paths()) if varlen else []
+    return [LAYER, *paths, *(path + STATES for path in paths)]
+
+
+def coverage_packs(max_tokens: int) -> list[tuple[int, ...]]:
+    """Packs that reach every kernel specialisation by sequence count, plus a long and a mixed pack."""
+    total = min(max_tokens, COVERAGE_TOKENS)
+    packs = [(total // n,) * n for n in SEQUENCE_COUNTS if total // n >= 16]
+    # One sequence as long as the budget (the intra-CP path splits it), and a long-tailed mix.
+    packs.append((max_tokens,))
+    packs.append((max_tokens // 2, *(256,) * (max_tokens // 2 // 256)))
+    return packs
+
+
+def stream_sample(max_tokens: int) -> list[tuple[int, ...]]:
+    """The first packs of the default RL-like stream (bench stream's, seed 0) at this budget."""
+    from slime_flashqla.bench.packs import PackDistribution
+
+    median = min(1024, max(32, max_tokens // 8))
+    return PackDistribution(max_tokens=max_tokens, median_len=median, seed=0).packs(STREAM_SAMPLE)
 
 
 @dataclass
@@ -89,12 +133,23 @@ def _done_marker(cache_dir: Path, key: str) -> Path:
 
 
 def run_kernels(task: WarmupTask, lengths=DEFAULT_LENGTHS, device: str = "cuda") -> None:
-    """One training step of a GDN layer per packed batch in `lengths`, which makes every kernel compile.
+    """Run the part's steps on CUDA (or `device`), which makes every kernel of that part compile."""
+    if task.part == LAYER:
+        from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+
+        # A backend with kernel paths compiles per pack shape; the torch reference compiles nothing.
+        _layer_steps(task, lengths, device, coverage=bool(KERNEL_BACKENDS[task.backend].warmup_paths()))
+    else:
+        _kernel_steps(task, device)
+
+
+def _layer_steps(task: WarmupTask, lengths, device: str, coverage: bool) -> None:
+    """A GDN layer's training step (and forward-only pass) per packed batch.
 
     A whole Qwen3-Next GDN layer runs, not the bare kernel, because FlashQLA specialises
     its kernels on the dtypes and flags of the call (bf16 beta from the layer's sigmoid,
     float32 g, no initial or final state): a warm-up with other dtypes compiles kernels
-    that training never asks for.  The layer also compiles the short-convolution and
+    that training never asks for. The layer also compiles the short-convolution and
     gated-norm kernels that a training step runs beside the GDN kernel.
     """
     import torch
@@ -106,14 +161,59 @@ def run_kernels(task: WarmupTask, lengths=DEFAULT_LENGTHS, device: str = "cuda")
     config = gdn_layer_config(task.heads.key_heads, task.heads.value_heads)
     layer = Qwen3NextGatedDeltaNet(config, backend=task.backend).to(device, dtype)
     init_like_checkpoint(layer)
-    for batch in lengths if task.varlen else ((128, 128),):
-        if task.varlen:
-            x, cu_seqlens = packed_batch(batch, config["hidden_size"], device=device, dtype=dtype)
-            y = layer(x, cu_seqlens=cu_seqlens)
-        else:
-            x = torch.randn(len(batch), batch[0], config["hidden_size"], device=device, dtype=dtype, requires_grad=True)
-            y = layer(x)
-        y.float().square().mean().backward()
+    if not task.varlen:
+        x = torch.randn(2, 128, config["hidden_size"], device=device, dtype=dtype, requires_grad=True)
+        layer(x).float().square().mean().backward()
+        return
+    batches = [*lengths, *(coverage_packs(task.max_tokens) + stream_sample(task.max_tokens) if coverage else [])]
+    for batch in dict.fromkeys(batches):
+        x, cu_seqlens = packed_batch(batch, config["hidden_size"], device=device, dtype=dtype)
+        layer(x, cu_seqlens=cu_seqlens).float().square().mean().backward()
+        with torch.no_grad():  # log-prob and rollout passes: FlashQLA decides CP apart for inference
+            layer(x.detach(), cu_seqlens=cu_seqlens)
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+
+def _kernel_steps(task: WarmupTask, device: str) -> None:
+    """The backend's kernel, one forced path, forward+backward on every coverage pack, as the layer calls it."""
+    import inspect
+
+    import torch
+    import torch.nn.functional as F
+
+    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+
+    backend = KERNEL_BACKENDS[task.backend]
+    path, states = task.part.removesuffix(STATES), task.part.endswith(STATES)
+    forced = backend.warmup_paths()[path]
+    kernel = backend.kernel()
+    unknown = set(forced) - set(inspect.signature(kernel).parameters)
+    if unknown:  # another FlashQLA: the path cannot be forced here, and the layer part covers what runs
+        raise RuntimeError(f"this {backend.name} kernel takes no {', '.join(sorted(unknown))}")
+    dtype = getattr(torch, task.dtype)
+    hk, hv, dim = task.heads.key_heads, task.heads.value_heads, 128
+    for batch in coverage_packs(task.max_tokens):
+        tokens, count = sum(batch), len(batch)
+        offsets = torch.tensor([0, *batch], device=device).cumsum(0).to(torch.int32)
+
+        def leaf(*size, kind=dtype):
+            return torch.randn(*size, device=device, dtype=kind).requires_grad_()
+
+        q, k, v = leaf(1, tokens, hk, dim), leaf(1, tokens, hk, dim), leaf(1, tokens, hv, dim)
+        # The layer's dtypes: beta from a sigmoid in the layer's dtype, g in float32.
+        g = F.logsigmoid(torch.randn(1, tokens, hv, device=device)).div(16).requires_grad_()
+        beta = torch.rand(1, tokens, hv, device=device, dtype=dtype).requires_grad_()
+        h0 = leaf(count, hv, dim, dim, kind=torch.float32) if states else None
+        kwargs = {"scale": None, "initial_state": h0, "output_final_state": states, "cu_seqlens": offsets}
+        kwargs["use_qk_l2norm_in_kernel"] = True
+        q_in, k_in, v_in, g_in, beta_in, kwargs = backend.prepare(q, k, v, g, beta, kwargs)
+        o, ht = kernel(q_in, k_in, v_in, g=g_in, beta=beta_in, **kwargs, **forced)
+        loss = o.float().square().mean() + (ht.float().square().mean() if states else 0)
+        loss.backward()
+        with torch.no_grad():
+            kernel(q_in.detach(), k_in.detach(), v_in.detach(), g=g_in.detach(), beta=beta_in.detach(),
+                   **{**kwargs, "initial_state": None if h0 is None else h0.detach()}, **forced)  # fmt: skip
         if device == "cuda":
             torch.cuda.synchronize()
 

@@ -82,7 +82,9 @@ def test_concurrent_processes_compile_once(tmp_path):
     results = [json.loads((tmp_path / f"rank{rank}.json").read_text())["results"][0] for rank in range(2)]
     assert sorted(r["status"] for r in results) == ["cached", "compiled"]
     marker = json.loads(
-        (tmp_path / "cache" / "slime-flashqla-locks" / "torch-hk2-hv4-varlen-bfloat16.done.json").read_text()
+        (
+            tmp_path / "cache" / "slime-flashqla-locks" / "torch-hk2-hv4-varlen-bfloat16-layer-t32768.done.json"
+        ).read_text()
     )
     compiled = next(r for r in results if r["status"] == "compiled")
     assert marker["seconds"] == compiled["seconds"]
@@ -92,7 +94,50 @@ def test_parallel_jobs_cover_every_configuration(tmp_path):
     warmup(tmp_path, "--heads", "2/4,1/2,1/4", "--jobs", "2", "--json", str(tmp_path / "r.json"))
     keys = sorted(r["key"] for r in json.loads((tmp_path / "r.json").read_text())["results"])
     assert keys == [
-        "torch-hk1-hv2-varlen-bfloat16",
-        "torch-hk1-hv4-varlen-bfloat16",
-        "torch-hk2-hv4-varlen-bfloat16",
+        "torch-hk1-hv2-varlen-bfloat16-layer-t32768",
+        "torch-hk1-hv4-varlen-bfloat16-layer-t32768",
+        "torch-hk2-hv4-varlen-bfloat16-layer-t32768",
     ]
+
+
+def test_flashqla_is_warmed_in_parts_one_per_forced_kernel_path():
+    from slime_flashqla.kernels.warmup import warmup_parts
+
+    assert warmup_parts("flashqla") == ["layer", "no-cp", "intra-cp", "no-cp+states", "intra-cp+states"]
+    assert warmup_parts("fla") == ["layer", "kernel", "kernel+states"]
+    assert warmup_parts("torch") == ["layer"]  # the reference compiles nothing
+    assert warmup_parts("flashqla", varlen=False) == ["layer"]
+
+
+def test_coverage_packs_reach_every_sequence_count_and_the_budget():
+    from slime_flashqla.kernels.warmup import SEQUENCE_COUNTS, coverage_packs, stream_sample
+
+    packs = coverage_packs(32768)
+    counts = {len(p) for p in packs}
+    assert set(SEQUENCE_COUNTS) <= counts
+
+    def block(sequences, heads, sms):  # flash_qla 0.1.3, hopper/fused_fwd.py: the forward's value block
+        grid, target = sequences * heads, int(sms * 0.7)
+        return 128 if grid >= target else 64 if grid * 2 >= target else 32
+
+    # Every block size some pack of up to 32768 one-token sequences reaches, a counted pack reaches too.
+    for heads in (2, 4, 8, 16, 32, 48, 64):
+        for sms in (78, 114, 132, 148, 170):
+            anything = {block(n, heads, sms) for n in range(1, 32769)}
+            assert {block(n, heads, sms) for n in counts} == anything, (heads, sms)
+    assert max(sum(p) for p in packs) == 32768 and (32768,) in packs
+    assert all(sum(p) <= 32768 and min(p) >= 16 for p in packs)
+    sample = stream_sample(32768)
+    assert len(sample) == 24 and all(sum(p) <= 32768 for p in sample)
+    assert sample == stream_sample(32768)  # the same packs on every node: one cache serves all
+    small = coverage_packs(64)
+    assert all(sum(p) <= 64 for p in small) and {1, 2, 4} <= {len(p) for p in small}
+
+
+def test_the_warmed_parts_are_listed_in_the_results(tmp_path):
+    done = warmup(tmp_path, "--heads", "2/4", "--max-tokens", "128", "--json", str(tmp_path / "r.json"))
+    assert done.returncode == 0
+    (result,) = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert result["key"] == "torch-hk2-hv4-varlen-bfloat16-layer-t128"
+    too_small = warmup(tmp_path, "--heads", "2/4", "--max-tokens", "8", check=False)
+    assert too_small.returncode == 2 and "--max-tokens must be >= 64" in too_small.stdout
