@@ -4,7 +4,8 @@
 starts a new Python process that imports torch and the kernel packages, builds a Qwen3-Next
 GDN layer and runs one forward+backward. It reports the time from the process start to the
 end of that step (`to_first_step_s`), the first forward+backward alone (`first_fwd_bwd_s`),
-and every phase between, with each kernel package import timed apart.
+every phase between, with each kernel package import timed apart, and every import second
+by top-level package (from `python -X importtime`, each module's own time counted once).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -80,6 +82,24 @@ print('FIRST_STEP ' + json.dumps(report), flush=True)
 """
 
 
+IMPORT_TIME = re.compile(r"^import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)")
+
+
+def imports_by_package(importtime_lines: list[str]) -> dict[str, float]:
+    """Seconds of import by top-level package from `-X importtime` lines, largest first.
+
+    Each module's own ("self") time is counted once, under the package its name starts with,
+    so nested imports are not counted twice and the values add up to the whole import time.
+    """
+    seconds: dict[str, float] = {}
+    for line in importtime_lines:
+        match = IMPORT_TIME.match(line)
+        if match:
+            package = match.group(4).split(".")[0]
+            seconds[package] = seconds.get(package, 0.0) + int(match.group(1)) / 1e6
+    return {name: round(value, 3) for name, value in sorted(seconds.items(), key=lambda item: -item[1])}
+
+
 def time_first_step(backend: str, heads: str, lengths: str, profile: str | None = None) -> dict:
     """Seconds from starting a fresh Python process to its first layer forward+backward, with phases and exit."""
     hk, hv = heads.split("/")
@@ -88,10 +108,11 @@ def time_first_step(backend: str, heads: str, lengths: str, profile: str | None 
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "first_step_child.py"
         script.write_text(CHILD)
-        command = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else []), str(script)]
+        profiler = ["-m", "cProfile", "-o", profile] if profile else []
+        command = [sys.executable, "-X", "importtime", *profiler, str(script)]
         start = time.time()
         argv = [*command, backend, hk, hv, lengths]
-        child = subprocess.run(argv, check=True, env=env, stdout=subprocess.PIPE, text=True)
+        child = subprocess.run(argv, env=env, capture_output=True, text=True)
         seconds = time.time() - start
     report = {}
     for line in child.stdout.splitlines():
@@ -99,6 +120,12 @@ def time_first_step(backend: str, heads: str, lengths: str, profile: str | None 
             report = json.loads(line.removeprefix("FIRST_STEP "))
         else:
             print(line)
+    stderr = child.stderr.splitlines()
+    for line in stderr:
+        if not line.startswith("import time:"):
+            print(line, file=sys.stderr)
+    child.check_returncode()  # after its output is shown: the reason a failed child died
+    report["imports_by_package"] = imports_by_package(stderr)
     finished = report.pop("finished")
     phases = {"interpreter start": round(report.pop("started") - start, 3), **report["phases"]}
     phases["interpreter exit"] = round(start + seconds - finished, 3)

@@ -39,3 +39,21 @@ def test_without_kernel_packages_nothing_is_imported():
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "{} []"
+
+
+def test_import_seconds_are_itemised_by_package_from_a_real_importtime_run():
+    from slime_flashqla.kernels.first_step import imports_by_package
+
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import json, email.mime.text, slime_flashqla.gdn"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = done.stderr.splitlines()
+    seconds = imports_by_package(lines)
+    assert {"json", "email", "slime_flashqla", "torch"} <= set(seconds)
+    assert list(seconds.values()) == sorted(seconds.values(), reverse=True)
+    # each module's own time once: the packages add up to the sum of every module's self time
+    total = sum(int(line.split("|")[0].split(":")[1]) for line in lines[1:] if line.startswith("import time:"))
+    assert sum(seconds.values()) == pytest.approx(total / 1e6, abs=1e-3 * len(seconds))
