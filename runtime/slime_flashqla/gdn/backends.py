@@ -5,6 +5,8 @@ Reasons are data: `auto` and `slime-flashqla doctor` report them instead of swal
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from slime_flashqla.gdn.errors import FlashQLAUnavailableError
@@ -156,9 +158,7 @@ class FlashQLABackend:
         require(self.module, self.name)
 
     def kernel(self):
-        import flash_qla
-
-        return flash_qla.chunk_gated_delta_rule
+        return _flash_qla_kernel()
 
     def prepare(self, q, k, v, g, beta, kwargs: dict):
         """q/k normalised here (not by FlashQLA's torch.compile'd l2norm), every input dense."""
@@ -174,6 +174,15 @@ class FlashQLABackend:
         only the paths those packs took. (Keyword arguments of flash-qla 0.1.3.)
         """
         return {"no-cp": {"auto_cp": False}, "intra-cp": {"force_intra_cp": True}}
+
+
+@functools.cache  # called on every launch: the import and attribute lookup happen once
+def _flash_qla_kernel():
+    from slime_flashqla.gdn.deferred_compile import import_deferring_torch_compile
+
+    # FlashQLA's @torch.compile'd l2norm would import TorchInductor at import time; this backend
+    # never calls it (prepare() normalises q/k), so its compile waits for a first call that never comes.
+    return import_deferring_torch_compile("flash_qla").chunk_gated_delta_rule
 
 
 KERNEL_BACKENDS = {b.name: b for b in (FlashQLABackend(), FLABackend(), TorchBackend())}
