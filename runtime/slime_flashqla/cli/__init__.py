@@ -14,6 +14,7 @@ SUBCOMMAND_MODULES = (
     "slime_flashqla.cli.check",
     "slime_flashqla.cli.warmup",
     "slime_flashqla.cli.bench",
+    "slime_flashqla.cli.cache",
 )
 
 
@@ -23,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="slime-flashqla",
-        description="FlashQLA / FLA kernels for Qwen Gated DeltaNet: check, benchmark, warm up.",
+        description="FlashQLA / FLA kernels for Qwen Gated DeltaNet: check, benchmark, warm up, move kernel caches.",
     )
     parser.add_argument("--version", action="version", version=f"slime-flashqla {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -1,0 +1,195 @@
+"""`slime-flashqla cache export|import|info`, run as the user runs them, and several importers at once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from helpers import kernel_cache_files
+from helpers.kernel_cache_files import (
+    files_under,
+    make_caches,
+    sha256,
+    temp_leftovers,
+    tilelang_entry_problems,
+    triton_group_problems,
+)
+from slime_flashqla.kernels.archive import current_stack, export_archive, read_manifest
+
+WARMUP = (sys.executable, "-m", "slime_flashqla", "warmup", "--device", "cpu", "--backends", "torch")
+WARMUP += ("--heads", "2/4", "--lengths", "40+30")
+
+
+def cli(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "slime_flashqla", "cache", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+
+
+def one_line_error(result, action: str) -> str:
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"slime-flashqla cache {action}: "), result.stdout
+    return lines[0]
+
+
+def dirs(root: Path):
+    return ["--tilelang-dir", root / "tl", "--triton-dir", root / "tr"]
+
+
+def test_export_info_import_with_markers_from_a_real_warmup(tmp_path):
+    warm = subprocess.run(
+        [*WARMUP, "--cache-dir", str(tmp_path / "tl")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert warm.returncode == 0, warm.stdout + warm.stderr
+    make_caches(tmp_path / "more")
+    (tmp_path / "tr").mkdir()
+    for path in (tmp_path / "more" / "triton").iterdir():
+        path.rename(tmp_path / "tr" / path.name)
+
+    export = cli("export", tmp_path / "k.tar", *dirs(tmp_path))
+    assert export.returncode == 0, export.stdout + export.stderr
+    assert "1 warm-up configuration(s)" in export.stdout
+    info = cli("info", tmp_path / "k.tar", "--json")
+    manifest = json.loads(info.stdout)
+    assert [c["task"] for c in manifest["warmup_configurations"]] == ["torch-hk2-hv4-varlen-bfloat16"]
+    table = cli("info", tmp_path / "k.tar")
+    assert table.returncode == 0 and "fits this machine" in table.stdout and "yes" in table.stdout
+
+    imported = cli("import", tmp_path / "k.tar", *dirs(tmp_path / "new"))
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    assert "file(s) added, 0 already there" in imported.stdout
+    marker = "slime-flashqla-locks/torch-hk2-hv4-varlen-bfloat16.done.json"
+    assert files_under(tmp_path / "new" / "tl")[marker] == files_under(tmp_path / "tl")[marker]
+    again = cli("import", tmp_path / "k.tar", *dirs(tmp_path / "new"))
+    assert " 0 file(s) added" in again.stdout
+    # warmup treats the imported configuration as done: it loads, it does not compile again
+    warm = subprocess.run(
+        [*WARMUP, "--json", str(tmp_path / "w.json"), "--cache-dir", str(tmp_path / "new" / "tl")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert warm.returncode == 0 and json.loads((tmp_path / "w.json").read_text())["results"][0]["status"] == "cached"
+
+
+def test_user_errors_are_one_line_and_exit_2(tmp_path):
+    (tmp_path / "text.tar").write_text("no tar here")
+    assert "no such file" in one_line_error(cli("import", tmp_path / "missing.tar", *dirs(tmp_path)), "import")
+    assert "not a tar archive" in one_line_error(cli("import", tmp_path / "text.tar", *dirs(tmp_path)), "import")
+    assert "not a tar archive" in one_line_error(cli("info", tmp_path / "text.tar"), "info")
+    (tmp_path / "empty").mkdir()
+    empty = cli("export", tmp_path / "k.tar", "--tilelang-dir", tmp_path / "empty", "--triton-dir", tmp_path / "none")
+    assert "nothing to export" in one_line_error(empty, "export")
+    nowhere = cli("export", tmp_path / "no" / "k.tar", *dirs(tmp_path / "c"))
+    assert "nothing to export" in one_line_error(nowhere, "export")
+    assert not (tmp_path / "k.tar").exists()
+
+
+def test_mismatching_stack_is_refused_in_one_line_and_force_warns(tmp_path):
+    here = current_stack()
+    tilelang, triton = make_caches(tmp_path / "src")
+    other = replace(here, gpu_arch="sm_100" if here.gpu_arch != "sm_100" else "sm_90", gpu_name="NVIDIA B200")
+    other = replace(other, versions={**here.versions, "tilelang": "9.9.9"})
+    export_archive(tmp_path / "other.tar", {"tilelang": tilelang, "triton": triton}, stack=other)
+
+    line = one_line_error(cli("import", tmp_path / "other.tar", *dirs(tmp_path / "t")), "import")
+    assert f"gpu_arch {other.gpu_arch} (archive) vs {here.gpu_arch} (here)" in line
+    assert f"tilelang 9.9.9 (archive) vs {here.versions['tilelang'] or 'none'} (here)" in line
+    assert not (tmp_path / "t").exists()
+    info = cli("info", tmp_path / "other.tar")
+    assert info.returncode == 0 and "no: gpu_arch" in info.stdout
+
+    forced = cli("import", tmp_path / "other.tar", *dirs(tmp_path / "t"), "--force")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    lines = forced.stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("WARNING: --force: importing kernels built for another stack")
+    assert tilelang_entry_problems(tmp_path / "t" / "tl") == []
+
+
+def test_cli_modules_import_nothing_heavy():
+    code = (
+        "import sys; import slime_flashqla.cli.cache, slime_flashqla.kernels.archive; "
+        "from slime_flashqla.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in ('torch', 'triton', 'tilelang', 'fla', 'flash_qla') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_concurrent_importers_and_a_writer_leave_an_intact_cache(tmp_path):
+    """Four importing ranks at once, a process writing into both caches as TileLang and Triton do, and a reader
+    that checks, while they run, that nothing visible is partial."""
+    tilelang, triton = make_caches(tmp_path / "src", entries=32, kernels=32, so_size=64 * 1024)
+    archive_path = tmp_path / "kernels.tar"
+    manifest = export_archive(archive_path, {"tilelang": tilelang, "triton": triton})
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    target = {"tilelang": tmp_path / "node" / "tl", "triton": tmp_path / "node" / "tr"}
+    for root in target.values():
+        root.mkdir(parents=True)
+    stop = tmp_path / "stop"
+    helper = [sys.executable, kernel_cache_files.__file__]
+    writer = subprocess.Popen(
+        [*helper, "writer", target["tilelang"], target["triton"], tilelang, triton, stop, tmp_path / "writer.json"]
+    )
+    reader = subprocess.Popen(
+        [
+            *helper,
+            "reader",
+            target["tilelang"],
+            target["triton"],
+            tmp_path / "manifest.json",
+            stop,
+            tmp_path / "reader.json",
+        ]
+    )
+    time.sleep(0.3)  # the writer is publishing before the first importer starts
+    importers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "slime_flashqla", "cache", "import", archive_path, *dirs(tmp_path / "node")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outputs = [process.communicate(timeout=240)[0] for process in importers]
+    stop.touch()
+    assert writer.wait(timeout=120) == 0 and reader.wait(timeout=120) == 0
+    for process, output in zip(importers, outputs, strict=True):
+        assert process.returncode == 0, output
+    added = [int(output.split(" file(s) added")[0].rsplit(" ", 1)[1]) for output in outputs]
+    # One importer (the first to hold the lock) publishes what the writer does not; the others find it there.
+    raced = kernel_cache_files.RACED * (len(kernel_cache_files.TILELANG_ENTRY_FILES) + 1 + 4)
+    assert len(manifest["files"]) - raced <= max(added) and sorted(added)[:3] == [0, 0, 0], added
+
+    seen = json.loads((tmp_path / "reader.json").read_text())
+    assert seen["scans"] > 0 and seen["problems"] == []
+    written = json.loads((tmp_path / "writer.json").read_text())
+    assert written["rounds"] >= 5
+    for name, record in manifest["files"].items():
+        cache, rel = name.split("/", 1)
+        if "__grp__" not in rel:
+            assert sha256(target[cache] / rel) == record["sha256"], name
+    for name, digest in written["files"].items():
+        cache, rel = name.split("/", 1)
+        assert sha256(target[cache] / rel) == digest, name
+    assert tilelang_entry_problems(target["tilelang"]) == []
+    assert triton_group_problems(target["triton"]) == []
+    assert temp_leftovers(*target.values()) == []
+    assert read_manifest(archive_path)["files"] == manifest["files"]
