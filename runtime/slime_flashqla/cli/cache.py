@@ -66,7 +66,8 @@ def run_export(args) -> int:
     except (ArchiveError, OSError) as error:
         return _fail("export", error)
     parts = ", ".join(
-        f"{cache} {info['files']} files ({info['bytes'] / 2**20:.1f} MiB)" for cache, info in manifest["caches"].items()
+        f"{cache} {info['files']} file(s) ({info['bytes'] / 2**20:.1f} MiB)"
+        for cache, info in manifest["caches"].items()
     )
     stack = manifest["stack"]
     print(
@@ -80,15 +81,16 @@ def run_import(args) -> int:
     """Check the archive, import it, and say how many files were new."""
     from slime_flashqla.kernels.archive import ArchiveError, import_archive
 
-    dirs = _cache_dirs(args)
     try:
-        result = import_archive(args.path, dirs, gpu_arch=args.gpu_arch, force=args.force, warn=print)
+        result = import_archive(args.path, _cache_dirs(args), gpu_arch=args.gpu_arch, force=args.force, warn=print)
     except (ArchiveError, OSError) as error:
         return _fail("import", error)
+    into = ", ".join(f"{directory} ({cache})" for cache, directory in result.caches.items())
+    rewritten = (
+        f", {result.groups_rewritten} Triton group file(s) pointed at this cache" if result.groups_rewritten else ""
+    )
     print(
-        f"imported {args.path} into {dirs['tilelang']} (TileLang), {dirs['triton']} (Triton): "
-        f"{result.published} file(s) added, {result.present} already there"
-        + (f", {result.groups_rewritten} Triton group file(s) pointed at this cache" if result.groups_rewritten else "")
+        f"imported {args.path} into {into}: {result.published} file(s) added, {result.present} already there{rewritten}"
     )
     return 0
 
@@ -103,7 +105,7 @@ def manifest_rows(manifest: dict, mismatches: list[str]) -> list[tuple[str, str]
     ]
     rows += [(name, str(version) if version else "none") for name, version in stack["versions"].items()]
     rows += [
-        (f"{cache} cache", f"{info['files']} files, {info['bytes'] / 2**20:.1f} MiB, from {info['source_dir']}")
+        (f"{cache} cache", f"{info['files']} file(s), {info['bytes'] / 2**20:.1f} MiB, from {info['source_dir']}")
         for cache, info in manifest.get("caches", {}).items()
     ]
     configurations = manifest.get("warmup_configurations", [])

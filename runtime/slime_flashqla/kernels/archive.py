@@ -103,6 +103,7 @@ class ImportResult:
     published: int = 0  # files moved into the cache
     present: int = 0  # files skipped: already in the cache (or published by a concurrent writer)
     groups_rewritten: int = 0  # Triton group files pointed at this machine's cache directory
+    caches: dict = field(default_factory=dict)  # cache name -> the directory it went to
     forced_mismatches: list = field(default_factory=list)
 
 
@@ -495,6 +496,7 @@ def import_archive(
         targets = {cache: Path(cache_dirs[cache]).absolute() for cache in CACHE_NAMES if cache_dirs.get(cache)}
         members = _checked_members(tar, manifest, targets, path)
         used = sorted({_split(member.name)[0] for member in members})
+        result.caches = {cache: targets[cache] for cache in used}
         with contextlib.ExitStack() as held:
             stagings = {}
             for cache in used:  # a fixed order, so two importers never wait on each other's second lock
