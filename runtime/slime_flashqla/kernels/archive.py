@@ -231,7 +231,8 @@ def export_archive(path, cache_dirs: dict, *, stack: Stack | None = None) -> dic
         root = cache_dirs.get(cache)
         if root is None or not Path(root).is_dir():
             continue
-        files = _cache_files(Path(root))
+        # An archive (or an older one) written into the cache itself is not a kernel.
+        files = [(rel, source) for rel, source in _cache_files(Path(root)) if source.resolve() != path.resolve()]
         if files:
             caches[cache] = {"source_dir": str(Path(root).absolute()), "files": len(files)}
             entries += [(f"{cache}/{rel}", source) for rel, source in files]

@@ -323,3 +323,10 @@ def test_triton_group_files_are_published_after_the_files_they_name(caches, tmp_
     for group in groups:
         children = [Path(c) for c in json.loads(group.read_text())["child_paths"].values()]
         assert all(published.index(child) < published.index(group) for child in children)
+
+
+def test_an_archive_written_into_the_cache_is_not_exported_into_the_next(caches, tmp_path):
+    inside = caches["tilelang"] / "kernels.tar"
+    first = export_archive(inside, caches)
+    second = export_archive(inside, caches)
+    assert "tilelang/kernels.tar" not in second["files"] and second["files"] == first["files"]
