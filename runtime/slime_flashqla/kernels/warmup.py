@@ -230,7 +230,10 @@ def warm_up(task: WarmupTask, cache_dir: Path, *, force: bool = False, lengths=D
             return WarmupResult(task.key, time.perf_counter() - start, waited, "cached")
         run_kernels(task, lengths, device)
         seconds = time.perf_counter() - start
-        marker.write_text(json.dumps({"task": task.key, "seconds": seconds, "pid": os.getpid()}))
+        # Temp file and rename: a concurrent `cache export` or reader never sees half a marker.
+        partial = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps({"task": task.key, "seconds": seconds, "pid": os.getpid()}))
+        os.replace(partial, marker)
         return WarmupResult(task.key, seconds, waited, "compiled")
 
 
