@@ -11,7 +11,7 @@ from slime_flashqla.gdn.api import (
     explain_auto,
     get_chunk_gated_delta_rule,
 )
-from slime_flashqla.gdn.errors import FlashQLAUnavailableError
+from slime_flashqla.gdn.errors import FlashQLAUnavailableError, GDNInputError
 from slime_flashqla.gdn.inputs import GDNShape, check_inputs
 from slime_flashqla.gdn.validation import RuntimeStatus, flashqla_runtime_status, validate_flashqla_runtime
 
@@ -20,6 +20,7 @@ __all__ = [
     "AutoChunkGatedDeltaRule",
     "BackendChoice",
     "FlashQLAUnavailableError",
+    "GDNInputError",
     "GDNShape",
     "RuntimeStatus",
     "check_inputs",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from slime_flashqla.gdn.backends import KERNEL_BACKENDS, needs_backward
+from slime_flashqla.gdn.errors import GDNInputError
 from slime_flashqla.gdn.inputs import GDNShape, check_inputs
 
 logger = logging.getLogger("slime_flashqla.gdn")
@@ -50,7 +51,7 @@ def _checked_call(name: str):
         """Run on inputs `check_inputs` already passed (as `shape`)."""
         problem = backend.input_problem(shape, q.dtype, q.device)
         if problem:
-            raise ValueError(f"chunk_gated_delta_rule[{name}]: {problem}")
+            raise GDNInputError(f"chunk_gated_delta_rule[{name}]: {problem}")
         backward = needs_backward(q, k, v, g, beta, initial_state)
         key = (q.device, backward, q.dtype)
         if key not in runtime_verdicts:

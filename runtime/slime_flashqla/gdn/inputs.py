@@ -7,10 +7,13 @@ takes the CUDA context down with it; these checks turn that into a ValueError.
 from __future__ import annotations
 
 import itertools
+import math
 import weakref
 from dataclasses import dataclass
 
 import torch
+
+from slime_flashqla.gdn.errors import GDNInputError
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -30,7 +33,7 @@ class GDNShape:
 
 
 def _fail(message: str) -> None:
-    raise ValueError(f"chunk_gated_delta_rule: {message}")
+    raise GDNInputError(f"chunk_gated_delta_rule: {message}")
 
 
 class _CuSeqlensCache:
@@ -98,7 +101,7 @@ def check_inputs(
     initial_state: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
 ) -> GDNShape:
-    """Check shapes, dtypes, devices and cu_seqlens; raise ValueError naming the first problem."""
+    """Check shapes, dtypes, devices, scale and cu_seqlens; raise GDNInputError (a ValueError) naming the problem."""
     named = {"q": q, "k": k, "v": v, "g": g, "beta": beta}
     for name, tensor in named.items():
         if not isinstance(tensor, torch.Tensor):
@@ -116,16 +119,20 @@ def check_inputs(
     if v.shape[:2] != (batch, tokens):
         _fail(f"v must be [B={batch}, T={tokens}, Hv, V] like q, got {tuple(v.shape)}")
     value_heads, value_dim = v.shape[2], v.shape[3]
-    if key_heads == 0 or value_heads % key_heads != 0:
+    if key_heads == 0 or value_heads == 0 or value_heads % key_heads != 0:
         _fail(
             f"the value head count Hv={value_heads} must be a positive multiple of the key head count "
             f"Hk={key_heads} (grouped value heads: value head j uses key head j // (Hv/Hk))"
         )
+    if key_dim == 0 or value_dim == 0:
+        _fail(f"the head sizes must be positive, got K={key_dim}, V={value_dim}")
     if q.dtype != k.dtype or q.dtype != v.dtype:
         _fail(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     for name in ("g", "beta"):
         if tuple(named[name].shape) != (batch, tokens, value_heads):
             _fail(f"{name} must be [B, T, Hv] = {(batch, tokens, value_heads)}, got {tuple(named[name].shape)}")
+    if initial_state is not None and not isinstance(initial_state, torch.Tensor):
+        _fail(f"initial_state must be a torch.Tensor or None, got {type(initial_state).__name__}")
     devices = {t.device for t in named.values()}
     if initial_state is not None:
         devices.add(initial_state.device)
@@ -133,8 +140,11 @@ def check_inputs(
         devices.add(cu_seqlens.device)
     if len(devices) != 1:
         _fail(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
-    if scale is not None and not (isinstance(scale, (int, float)) and scale > 0):
-        _fail(f"scale must be a positive number or None (default K**-0.5), got {scale!r}")
+    # bool is an int to Python, and inf or nan makes every output nan: neither is a scale.
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (0 < scale < math.inf)
+    ):
+        _fail(f"scale must be a finite positive number or None (default K**-0.5), got {scale!r}")
 
     if cu_seqlens is not None:
         if batch != 1:

@@ -1,12 +1,15 @@
-"""Every input error is a ValueError raised before any kernel work."""
+"""Every input error is a ValueError (GDNInputError) raised by the check, before any kernel work."""
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import pytest
 import torch
 
 from helpers.gdn_inputs import make_inputs
-from slime_flashqla.gdn import check_inputs, get_chunk_gated_delta_rule
+from helpers.raised_where import frame_files, raised_by_check
+from slime_flashqla.gdn import GDNInputError, check_inputs, get_chunk_gated_delta_rule
 from slime_flashqla.gdn.api import _checked_call
 
 
@@ -133,4 +136,53 @@ def test_flashqla_input_limits_fail_before_any_kernel(key_dim, value_dim, dtype,
 def test_flashqla_rejects_cpu_tensors():
     inputs = make_inputs(lengths=(8,), key_dim=128, value_dim=128, dtype=torch.bfloat16, initial_state=False)
     with pytest.raises(ValueError, match="CUDA tensors"):
+        call(inputs, backend="flashqla")
+
+
+# --- the holes a bad-input sweep found (issue 14) ---
+
+
+@contextmanager
+def refused(message):
+    """Expect a GDNInputError matching `message`, raised by the check's own code."""
+    with pytest.raises(GDNInputError, match=message) as info:
+        yield info
+    assert raised_by_check(info.value), frame_files(info.value)
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+def test_zero_value_heads_are_refused(backend):
+    inputs = make_inputs(lengths=(8,), key_heads=2, value_heads=2, initial_state=False)
+    with refused("Hv=0 must be a positive multiple"):
+        call(inputs, backend, v=inputs["v"][:, :, :0], g=inputs["g"][:, :, :0], beta=inputs["beta"][:, :, :0])
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+@pytest.mark.parametrize(("name", "message"), [("q", "K=0"), ("v", "V=0")])
+def test_zero_head_sizes_are_refused(backend, name, message):
+    inputs = make_inputs(lengths=(8,), initial_state=False)
+    overrides = {name: inputs[name][..., :0]}
+    if name == "q":
+        overrides["k"] = inputs["k"][..., :0]
+    with refused(f"head sizes must be positive.*{message}"):
+        call(inputs, backend, **overrides)
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+@pytest.mark.parametrize("scale", [float("inf"), float("-inf"), float("nan"), True, False, torch.tensor(0.5)], ids=repr)
+def test_scale_must_be_a_finite_positive_number(inputs, backend, scale):
+    with refused("scale must be a finite positive number"):
+        call(inputs, backend, scale=scale)
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+@pytest.mark.parametrize("state", [[0.0], (1, 2), 0.5], ids=["list", "tuple", "float"])
+def test_initial_state_must_be_a_tensor(inputs, backend, state):
+    with refused("initial_state must be a torch.Tensor or None"):
+        call(inputs, backend, initial_state=state)
+
+
+def test_backend_limits_are_input_errors_too():
+    inputs = make_inputs(lengths=(8,), key_dim=64, value_dim=64, dtype=torch.bfloat16, initial_state=False)
+    with pytest.raises(GDNInputError, match="K = V = 128"):
         call(inputs, backend="flashqla")
