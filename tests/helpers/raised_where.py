@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import traceback
 
+import slime_flashqla.gdn.cu_seqlens
 import slime_flashqla.gdn.inputs
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(slime_flashqla.gdn.inputs.__file__))
-CHECK_FILES = {os.path.realpath(m.__file__) for m in (slime_flashqla.gdn.inputs,)}
+CHECK_FILES = {os.path.realpath(m.__file__) for m in (slime_flashqla.gdn.inputs, slime_flashqla.gdn.cu_seqlens)}
 
 
 def frame_files(error: BaseException) -> list[str]:

@@ -86,7 +86,7 @@ def _checked_call(name: str):
             initial_state=initial_state,
             output_final_state=output_final_state,
             use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-            cu_seqlens=cu_seqlens,
+            cu_seqlens=shape.cu_seqlens,
         )
 
     chunk_gated_delta_rule.__qualname__ = f"chunk_gated_delta_rule[{name}]"
@@ -174,7 +174,7 @@ class AutoChunkGatedDeltaRule:
         backward = needs_backward(q, k, v, g, beta, initial_state)
         choice = self.choose(shape, q.dtype, q.device, backward)
         return self._calls[choice.backend].run_checked(
-            shape, q, k, v, g, beta, initial_state=initial_state, cu_seqlens=cu_seqlens, **kwargs
+            shape, q, k, v, g, beta, initial_state=initial_state, cu_seqlens=shape.cu_seqlens, **kwargs
         )
 
 

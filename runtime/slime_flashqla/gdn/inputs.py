@@ -6,14 +6,15 @@ takes the CUDA context down with it; these checks turn that into a ValueError.
 
 from __future__ import annotations
 
-import itertools
 import math
-import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from slime_flashqla.gdn.cu_seqlens import check_cu_seqlens, checked_cu_seqlens
 from slime_flashqla.gdn.errors import GDNInputError
+
+__all__ = ["FLOAT_DTYPES", "GDNShape", "check_cu_seqlens", "check_inputs", "checked_cu_seqlens"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -30,65 +31,12 @@ class GDNShape:
     value_dim: int
     num_sequences: int
     varlen: bool
+    # The tensor the kernels read for cu_seqlens: a private copy of the values that passed.
+    cu_seqlens: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
 
 def _fail(message: str) -> None:
     raise GDNInputError(f"chunk_gated_delta_rule: {message}")
-
-
-class _CuSeqlensCache:
-    """Remembers the last cu_seqlens tensor that passed, so 48 GDN layers sync once per step.
-
-    Holding a weak reference (not an id or pointer) makes the identity test exact, and the
-    tensor's version counter catches in-place edits.
-    """
-
-    def __init__(self) -> None:
-        self._ref = None
-        self._version = -1
-        self._tokens = -1
-
-    def hit(self, cu_seqlens: torch.Tensor, tokens: int) -> bool:
-        return (
-            self._ref is not None
-            and self._ref() is cu_seqlens
-            and cu_seqlens._version == self._version
-            and tokens == self._tokens
-        )
-
-    def store(self, cu_seqlens: torch.Tensor, tokens: int) -> None:
-        self._ref = weakref.ref(cu_seqlens)
-        self._version = cu_seqlens._version
-        self._tokens = tokens
-
-
-_cu_seqlens_cache = _CuSeqlensCache()
-
-
-def check_cu_seqlens(cu_seqlens: torch.Tensor, tokens: int) -> int:
-    """Validate `cu_seqlens` against T tokens and return the number of sequences."""
-    if not isinstance(cu_seqlens, torch.Tensor):
-        _fail(f"cu_seqlens must be a torch.Tensor, got {type(cu_seqlens).__name__}")
-    if cu_seqlens.dim() != 1:
-        _fail(f"cu_seqlens must be 1-D, got shape {tuple(cu_seqlens.shape)}")
-    if cu_seqlens.dtype not in (torch.int32, torch.int64):
-        _fail(f"cu_seqlens must be int32 or int64, got {cu_seqlens.dtype}")
-    if cu_seqlens.numel() < 2:
-        _fail(f"cu_seqlens needs at least 2 entries ([0, T]), got {cu_seqlens.numel()}")
-    if _cu_seqlens_cache.hit(cu_seqlens, tokens):
-        return cu_seqlens.numel() - 1
-    # One device-to-host copy; the cache above makes it once per step, not once per layer.
-    values = cu_seqlens.tolist()
-    if values[0] != 0:
-        _fail(f"cu_seqlens must start at 0, got {values[0]}")
-    if values[-1] != tokens:
-        _fail(f"cu_seqlens must end at T={tokens} (the number of tokens), got {values[-1]}")
-    steps = [b - a for a, b in itertools.pairwise(values)]
-    if min(steps) < 0:
-        bad = steps.index(min(steps))
-        _fail(f"cu_seqlens must be non-decreasing, but {values[bad]} is followed by {values[bad + 1]}")
-    _cu_seqlens_cache.store(cu_seqlens, tokens)
-    return len(values) - 1
 
 
 def check_inputs(
@@ -146,10 +94,12 @@ def check_inputs(
     ):
         _fail(f"scale must be a finite positive number or None (default K**-0.5), got {scale!r}")
 
+    checked = None
     if cu_seqlens is not None:
         if batch != 1:
             _fail(f"with cu_seqlens the batch must be 1 (packed sequences), got B={batch}")
-        num_sequences = check_cu_seqlens(cu_seqlens, tokens)
+        checked = checked_cu_seqlens(cu_seqlens, tokens)
+        num_sequences = checked.numel() - 1
     else:
         num_sequences = batch
     if initial_state is not None:
@@ -158,4 +108,6 @@ def check_inputs(
             _fail(f"initial_state must be [N, Hv, K, V] = {expected}, got {tuple(initial_state.shape)}")
         if initial_state.dtype not in FLOAT_DTYPES:
             _fail(f"initial_state must be floating, got {initial_state.dtype}")
-    return GDNShape(batch, tokens, key_heads, value_heads, key_dim, value_dim, num_sequences, cu_seqlens is not None)
+    return GDNShape(
+        batch, tokens, key_heads, value_heads, key_dim, value_dim, num_sequences, checked is not None, checked
+    )

@@ -84,10 +84,11 @@ class _GatedDeltaNetBase(nn.Module):
         batch, tokens, _ = hidden_states.shape
         mixed_qkv, z, b, a = self._project(hidden_states)
         if cu_seqlens is not None:
-            # The conv reads cu_seqlens before the kernel does: check it here first.
-            from slime_flashqla.gdn.inputs import check_cu_seqlens
+            # The conv reads cu_seqlens before the kernel does: check it here first, and hand
+            # both the copy of the checked values (gdn/cu_seqlens.py says why).
+            from slime_flashqla.gdn.inputs import checked_cu_seqlens
 
-            check_cu_seqlens(cu_seqlens, tokens)
+            cu_seqlens = checked_cu_seqlens(cu_seqlens, tokens)
         mixed_qkv = causal_conv1d_silu(mixed_qkv, self.conv1d.weight, cu_seqlens)
         query, key, value = torch.split(mixed_qkv, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
         query = query.reshape(batch, tokens, self.num_k_heads, self.head_k_dim)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import pytest
 import torch
@@ -180,6 +180,41 @@ def test_scale_must_be_a_finite_positive_number(inputs, backend, scale):
 def test_initial_state_must_be_a_tensor(inputs, backend, state):
     with refused("initial_state must be a torch.Tensor or None"):
         call(inputs, backend, initial_state=state)
+
+
+def make_in(mode):
+    """The context an input is made in, or a call is made in."""
+    return {"normal": nullcontext, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}[mode]()
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+@pytest.mark.parametrize("made", ["normal", "no_grad", "inference_mode"])
+@pytest.mark.parametrize("called", ["normal", "no_grad", "inference_mode"])
+def test_inputs_made_or_called_under_inference_mode_or_no_grad_run(backend, made, called):
+    expected = call(make_inputs(lengths=(10, 20)), "torch")
+    with make_in(made):
+        inputs = make_inputs(lengths=(10, 20))
+    with make_in(called):
+        first = call(inputs, backend)
+        again = call(inputs, backend)  # the second call takes the verdict path
+    for got in (first, again):
+        torch.testing.assert_close(got[0], expected[0], rtol=0, atol=0)
+        torch.testing.assert_close(got[1], expected[1], rtol=0, atol=0)
+
+
+def test_cu_seqlens_edited_through_data_is_read_again_on_cpu(inputs):
+    seqlens = inputs["cu_seqlens"].clone()
+    call(inputs, cu_seqlens=seqlens, initial_state=None)
+    version = seqlens._version
+    seqlens.data[1] = 40  # the version counter does not see this
+    assert seqlens._version == version
+    with refused("non-decreasing, but 40 is followed by 30"):
+        call(inputs, cu_seqlens=seqlens, initial_state=None)
+    seqlens.data[1] = 25  # valid again: the output is the one for the new values
+    o, final = call(inputs, cu_seqlens=seqlens, initial_state=None)
+    expected = call(inputs, cu_seqlens=cu(0, 25, 30), initial_state=None)
+    torch.testing.assert_close(o, expected[0], rtol=0, atol=0)
+    torch.testing.assert_close(final, expected[1], rtol=0, atol=0)
 
 
 def test_backend_limits_are_input_errors_too():
