@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from slime_flashqla.gdn.backends import KERNEL_BACKENDS, needs_backward
+from slime_flashqla.gdn.empty import empty_outputs
 from slime_flashqla.gdn.errors import GDNInputError
 from slime_flashqla.gdn.inputs import GDNShape, check_inputs
 
@@ -32,6 +33,8 @@ def _check_name(backend: str) -> str:
 
 
 def _launch(name: str, shape: GDNShape, q, k, v, g, beta, **kwargs):
+    if shape.empty:  # no kernel is written for an empty grid
+        return empty_outputs(shape, q, v, kwargs.get("initial_state"), kwargs.get("output_final_state", False))
     backend = KERNEL_BACKENDS[name]
     kernel = backend.kernel()
     group = shape.value_heads // shape.key_heads

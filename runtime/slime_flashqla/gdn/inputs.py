@@ -34,6 +34,11 @@ class GDNShape:
     # The tensor the kernels read for cu_seqlens: a private copy of the values that passed.
     cu_seqlens: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
+    @property
+    def empty(self) -> bool:
+        """No tokens to run: T = 0 or B = 0."""
+        return self.tokens == 0 or self.batch == 0
+
 
 def _fail(message: str) -> None:
     raise GDNInputError(f"chunk_gated_delta_rule: {message}")

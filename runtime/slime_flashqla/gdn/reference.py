@@ -47,7 +47,8 @@ def _chunked_gdr(q, k, v, g, beta, state, chunk_size):
         outputs.append(gc.exp().unsqueeze(-1) * (qc @ state) + scores @ u)
         last = gc[..., -1:]
         state = last.exp().unsqueeze(-1) * state + (kc * (last - gc).exp().unsqueeze(-1)).transpose(-1, -2) @ u
-    return torch.cat(outputs, dim=2), state
+    # No tokens (T = 0): no output, the state unchanged.
+    return (torch.cat(outputs, dim=2) if outputs else v.new_zeros(v.shape)), state
 
 
 def chunk_gated_delta_rule_torch(
