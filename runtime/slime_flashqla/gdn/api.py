@@ -171,13 +171,38 @@ class AutoChunkGatedDeltaRule:
                     )
         return choice
 
-    def __call__(self, q, k, v, *, g, beta, initial_state=None, cu_seqlens=None, **kwargs):
-        # Inputs are checked once here; the chosen backend skips its own copy of the check.
-        shape = check_inputs(q, k, v, g, beta, kwargs.get("scale"), initial_state, cu_seqlens)
+    def __call__(
+        self,
+        q,
+        k,
+        v,
+        *,
+        g,
+        beta,
+        scale=None,
+        initial_state=None,
+        output_final_state=False,
+        use_qk_l2norm_in_kernel=False,
+        cu_seqlens=None,
+    ):
+        # The named keywords are the other backends' own, so an unknown one is a TypeError here,
+        # before the check, as it is for them. Inputs are checked once; the chosen backend skips
+        # its own copy of the check.
+        shape = check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens)
         backward = needs_backward(q, k, v, g, beta, initial_state)
         choice = self.choose(shape, q.dtype, q.device, backward)
         return self._calls[choice.backend].run_checked(
-            shape, q, k, v, g, beta, initial_state=initial_state, cu_seqlens=shape.cu_seqlens, **kwargs
+            shape,
+            q,
+            k,
+            v,
+            g,
+            beta,
+            scale=scale,
+            initial_state=initial_state,
+            output_final_state=output_final_state,
+            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            cu_seqlens=shape.cu_seqlens,
         )
 
 

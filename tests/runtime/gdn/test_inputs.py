@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from helpers.gdn_inputs import make_inputs
-from helpers.raised_where import frame_files, raised_by_check
+from helpers.raised_where import frame_files, raised_before_package, raised_by_check
 from slime_flashqla.gdn import GDNInputError, check_inputs, get_chunk_gated_delta_rule
 from slime_flashqla.gdn.api import _checked_call
 
@@ -180,6 +180,16 @@ def test_scale_must_be_a_finite_positive_number(inputs, backend, scale):
 def test_initial_state_must_be_a_tensor(inputs, backend, state):
     with refused("initial_state must be a torch.Tensor or None"):
         call(inputs, backend, initial_state=state)
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+def test_an_unknown_keyword_is_refused_before_anything_runs(inputs, backend):
+    fn = get_chunk_gated_delta_rule(backend)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'chunk_size'") as info:
+        fn(inputs["q"], inputs["k"], inputs["v"], g=inputs["g"], beta=inputs["beta"], chunk_size=32)
+    assert raised_before_package(info.value), frame_files(info.value)
+    if backend == "auto":
+        assert fn.choices == {}  # nothing was checked or chosen
 
 
 def make_in(mode):
