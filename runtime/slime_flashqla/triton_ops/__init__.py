@@ -1,0 +1,14 @@
+"""Small fixed-configuration Triton kernels for the GDN layers: q/k L2 norm, gated RMSNorm, causal conv1d + SiLU.
+
+They replace FLA's autotuned kernels on the training path: no autotuning and no
+specialisation on token counts, so each (dtype, feature dim, width) compiles once and
+Triton's disk cache serves every later process, and no `import fla` (whose package
+__init__ imports every FLA layer and model). Importing this package does not import
+triton: each op imports its kernels (slime_flashqla.triton_ops.jit) on its first call.
+"""
+
+from slime_flashqla.triton_ops.causal_conv1d import causal_conv1d_silu
+from slime_flashqla.triton_ops.l2norm import l2norm_bwd, l2norm_fwd
+from slime_flashqla.triton_ops.rms_norm_gated import rms_norm_gated
+
+__all__ = ["causal_conv1d_silu", "l2norm_bwd", "l2norm_fwd", "rms_norm_gated"]
