@@ -26,9 +26,11 @@ from slime_flashqla.triton_ops._host import cdiv, check_float, next_power_of_2, 
 # the tile. Backward recomputes the conv at W shifted token sets, so its tiles are
 # 32 x 128 over 4 warps, and a program walks 4 of them (128 tokens) so that the float32
 # dweight partials stay at 1/16 of x's bf16 bytes (32 MiB at 32768 tokens of D=8192)
-# while 4096 tokens still give 2048 programs at D=8192.
+# while 4096 tokens still give 2048 programs at D=8192. Left alone, ptxas gives the backward
+# all 255 registers (2 programs, 8 warps an SM); compiled for sm_90 it fits in 128 with no
+# spills, so it is capped there: 4 programs, 16 warps an SM.
 FWD_BT, FWD_BD, FWD_WARPS = 64, 128, 8
-BWD_BT, BWD_BD, BWD_TILES, BWD_WARPS = 32, 128, 4, 4
+BWD_BT, BWD_BD, BWD_TILES, BWD_WARPS, BWD_MAX_REGISTERS = 32, 128, 4, 4, 128
 MAX_WIDTH = 8
 
 
@@ -150,6 +152,7 @@ def _backward(x, weight, cu_seqlens, width, dy):
             TILES=BWD_TILES,
             VARLEN=cu_seqlens is not None,
             num_warps=BWD_WARPS,
+            maxnreg=BWD_MAX_REGISTERS,
         )
     return dx, dw_partial.sum(0).view(weight.shape).to(weight.dtype)
 
