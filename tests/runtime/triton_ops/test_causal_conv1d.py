@@ -48,6 +48,17 @@ def test_packed_sequences_restart_at_every_boundary(dtype, width):
     _run(x, weight, cu_seqlens, lengths, dy)
 
 
+@pytest.mark.parametrize("width", [1, 8])
+def test_widths_beyond_qwen_s_four(width):
+    gen = generator(30 + width)
+    lengths = packed_lengths(gen, width, 70)
+    t = sum(lengths)
+    x = randn(1, t, 130, dtype=torch.float32, gen=gen, device=DEVICE)
+    weight = randn(130, 1, width, dtype=torch.float32, gen=gen, device=DEVICE, scale=0.5)
+    dy = randn(1, t, 130, dtype=torch.float32, gen=gen, device=DEVICE)
+    _run(x, weight, cu_seqlens_of(lengths, device=DEVICE), lengths, dy)
+
+
 def test_int64_offsets_and_a_single_sequence():
     gen = generator(20)
     x = randn(1, 70, D, dtype=torch.bfloat16, gen=gen, device=DEVICE)
@@ -100,5 +111,7 @@ def test_bad_input_is_a_clear_error():
         causal_conv1d_silu(x, weight.reshape(16, 2, 2))
     with pytest.raises(ValueError, match="cu_seqlens must be a 1-D int32/int64"):
         causal_conv1d_silu(x[:1], weight, cu.float())
+    with pytest.raises(ValueError, match=r"kernel width must be 1\.\.8"):
+        causal_conv1d_silu(x, torch.ones(16, 1, 9, device=DEVICE))
     with pytest.raises(ValueError, match=r"x must be \[B, T, D\]"):
         causal_conv1d_silu(x[0], weight)
