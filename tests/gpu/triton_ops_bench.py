@@ -206,18 +206,25 @@ def main() -> None:
             impls = {"ours": OURS[op]} if fla is None else {"ours": OURS[op], "fla": fla[op]}
             for name, impl in impls.items():
                 gen = torch.Generator(DEV).manual_seed(tokens)  # the same inputs for both
-                results.setdefault(str(tokens), {}).setdefault(op, {})[name] = bench(tokens, impl, gen)
+                try:
+                    result = bench(tokens, impl, gen)
+                except Exception as exc:  # one failing implementation must not lose the others' figures
+                    result = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                results.setdefault(str(tokens), {}).setdefault(op, {})[name] = result
                 torch.cuda.empty_cache()
     header = f"{'T':>6} {'op':<16} {'shape':<26} {'impl':<5} {'first s':>8} {'fwd ms':>8} {'f+b ms':>8} "
     print(header + f"{'host us':>8} {'parity':>9}")
     for tokens, ops in results.items():
         for op, impls in ops.items():
             for name, r in impls.items():
+                if "error" in r:
+                    print(f"{tokens:>6} {op:<16} {SHAPES[op]:<26} {name:<5} FAILED {r['error']}")
+                    continue
                 print(
                     f"{tokens:>6} {op:<16} {SHAPES[op]:<26} {name:<5} {r['first_call_s']:>8.2f} {r['fwd_ms']:>8.4f} "
                     f"{r['fwdbwd_ms']:>8.4f} {r['fwd_host_us']:>8.1f} {r['parity']:>9.2e}"
                 )
-            if "fla" in impls:
+            if "fla" in impls and not any("error" in r for r in impls.values()):
                 speed = {k: impls["fla"][k] / impls["ours"][k] for k in ("fwd_ms", "fwdbwd_ms")}
                 ratio = f"{speed['fwd_ms']:>8.2f} {speed['fwdbwd_ms']:>8.2f}"
                 print(f"{'':>6} {'':<16} {'fla/ours (time ratio)':<26} {'':<5} {'':>8} {ratio}")
