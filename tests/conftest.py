@@ -1,8 +1,12 @@
-"""Test-suite wide settings: GPU tests skip cleanly on machines without CUDA."""
+"""Test-suite wide settings: GPU tests skip cleanly on machines without CUDA; Triton kernels run interpreted there."""
 
 from __future__ import annotations
 
 import pytest
+
+from helpers.triton_interpreter import use_interpreter_without_gpu
+
+use_interpreter_without_gpu()
 
 
 def _cuda_available() -> bool:

@@ -15,11 +15,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import flash_qla
+from fla.modules.norm.l2norm import l2norm as fla_l2
 from flash_qla.utils import l2norm as fq_l2norm
 
 from helpers.gdn_inputs import make_inputs
 from slime_flashqla.gdn import check_inputs, get_chunk_gated_delta_rule
-from slime_flashqla.gdn.qk_l2norm import _fla_l2norm, _fla_l2norm_fwd_bwd, _qk_function
+from slime_flashqla.gdn.qk_l2norm import _qk_function
 
 inp = make_inputs(
     lengths=(1000, 3096),
@@ -32,8 +33,6 @@ inp = make_inputs(
     device="cuda",
 )
 q, k, v, g, beta, cu = (inp[n] for n in ("q", "k", "v", "g", "beta", "cu_seqlens"))
-print("fused path available:", _fla_l2norm_fwd_bwd() is not None)
-fla_l2 = _fla_l2norm()
 fused = _qk_function()
 ours = get_chunk_gated_delta_rule("flashqla")
 auto = get_chunk_gated_delta_rule("auto")

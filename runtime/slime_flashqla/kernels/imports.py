@@ -1,10 +1,10 @@
 """Import the kernel packages a GDN layer will run, up front, and time each import.
 
-The GDN layers and backends import FLA and FlashQLA lazily, at their first kernel call, so
-that `import slime_flashqla` stays cheap. A training process pays those imports anyway; on
-an H200 host `import fla` alone took 22 s (its package `__init__` imports every FLA layer
-and model, and through them transformers, TorchDynamo, Inductor and TileLang), which then
-showed up inside the first forward. Importing them at start-up puts that cost where a job
+The GDN layers and backends import Triton, FlashQLA and FLA lazily, at their first kernel
+call, so that `import slime_flashqla` stays cheap. A training process pays those imports
+anyway (on an H200 host `import fla` alone took 22 s: its package `__init__` imports every
+FLA layer and model, which is why the layers' own kernels no longer come from FLA), and
+they then showed up inside the first forward. Importing them at start-up puts that cost where a job
 expects it, makes a broken install fail before the first step, and lets `first_step` report
 the first forward+backward apart from the imports.
 """
@@ -18,11 +18,10 @@ from collections.abc import Callable
 from slime_flashqla.gdn.packages import is_installed
 
 
-def _fla_layer_ops() -> None:
-    from slime_flashqla.gdn.qk_l2norm import _fla_l2norm
-    from slime_flashqla.layers.ops import _fla_causal_conv1d, _fla_rms_norm_gated
+def _triton_layer_ops() -> None:
+    from slime_flashqla.triton_ops import jit
 
-    _fla_causal_conv1d(), _fla_rms_norm_gated(), _fla_l2norm()
+    jit.load_all()
 
 
 def _backend_kernel(name: str) -> None:
@@ -31,18 +30,18 @@ def _backend_kernel(name: str) -> None:
     KERNEL_BACKENDS[name].kernel()
 
 
-# What a GDN layer on CUDA imports at its first step, through the very functions it calls:
-# FLA's short convolution, gated norm and q/k l2norm (layers/ops.py, gdn/qk_l2norm.py), then
-# the chosen backend's kernel.
+# What a GDN layer on CUDA imports at its first step: this package's Triton kernels for the
+# short convolution, gated norm and q/k l2norm (triton_ops: triton itself), then the chosen
+# backend's kernel.
 _LOADERS: dict[str, tuple[str, Callable[[], None]]] = {
-    "fla layer ops": ("fla", _fla_layer_ops),
+    "triton layer ops": ("triton", _triton_layer_ops),
     "flash_qla kernel": ("flash_qla", functools.partial(_backend_kernel, "flashqla")),
     "fla kernel": ("fla", functools.partial(_backend_kernel, "fla")),
 }
 _BACKEND_LOADERS = {
-    "flashqla": ("fla layer ops", "flash_qla kernel"),
-    "fla": ("fla layer ops", "fla kernel"),
-    "auto": ("fla layer ops", "flash_qla kernel", "fla kernel"),
+    "flashqla": ("triton layer ops", "flash_qla kernel"),
+    "fla": ("triton layer ops", "fla kernel"),
+    "auto": ("triton layer ops", "flash_qla kernel", "fla kernel"),
     "torch": (),
 }
 

@@ -1,37 +1,23 @@
-"""The short causal convolution and gated RMSNorm: FLA's fused kernels on CUDA, PyTorch otherwise."""
+"""The short causal convolution and gated RMSNorm: this package's Triton kernels on CUDA, PyTorch otherwise.
+
+On CUDA they are slime_flashqla.triton_ops' fixed-launch kernels, not FLA's: FLA's gated norm
+autotunes per bucket of pack sizes (a stall at every new bucket of an RL stream), and
+importing any FLA module imports every FLA layer and model (21.7 s of a warm start on an H200).
+"""
 
 from __future__ import annotations
 
-import functools
 import itertools
 
 import torch
 import torch.nn.functional as F
 
-from slime_flashqla.gdn.packages import is_installed
+from slime_flashqla import triton_ops  # imports no triton: its kernels load on first call
 
 
-@functools.cache
-def _fla_causal_conv1d():
-    try:
-        from fla.modules.causal_conv1d.ops import causal_conv1d
-    except ImportError:  # FLA < 0.5 kept it in fla.modules.convolution
-        from fla.modules.convolution import causal_conv1d
-    return causal_conv1d
-
-
-@functools.cache
-def _fla_rms_norm_gated():
-    try:
-        from fla.modules.norm.fused_norm_gate import rms_norm_gated
-    except ImportError:
-        from fla.modules.fused_norm_gate import rms_norm_gated
-    return rms_norm_gated
-
-
-def use_fla_ops(x: torch.Tensor) -> bool:
-    """FLA's fused conv/norm kernels serve CUDA tensors when FLA is installed."""
-    return x.is_cuda and is_installed("fla")
+def use_triton_ops(x: torch.Tensor) -> bool:
+    """This package's fixed-launch Triton kernels serve CUDA tensors; PyTorch serves the rest."""
+    return x.is_cuda
 
 
 def causal_conv1d_silu_torch(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=None) -> torch.Tensor:
@@ -50,9 +36,8 @@ def causal_conv1d_silu_torch(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=N
 
 def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=None) -> torch.Tensor:
     """Causal short convolution with SiLU; restarts at every cu_seqlens boundary."""
-    if use_fla_ops(x):
-        out, _ = _fla_causal_conv1d()(x, weight=weight.squeeze(1), bias=None, activation="silu", cu_seqlens=cu_seqlens)
-        return out
+    if use_triton_ops(x):
+        return triton_ops.causal_conv1d_silu(x, weight, cu_seqlens)
     return causal_conv1d_silu_torch(x, weight, cu_seqlens)
 
 
@@ -66,7 +51,7 @@ def rms_norm_gated_torch(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tens
 
 
 def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Gated RMSNorm over the last dim; FLA's fused kernel on CUDA when present."""
-    if use_fla_ops(x):
-        return _fla_rms_norm_gated()(x, gate, weight, None, activation="swish", eps=eps)
+    """Gated RMSNorm over the last dim; this package's Triton kernel on CUDA."""
+    if use_triton_ops(x):
+        return triton_ops.rms_norm_gated(x, gate, weight, eps)
     return rms_norm_gated_torch(x, gate, weight, eps)

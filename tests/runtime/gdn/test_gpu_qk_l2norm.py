@@ -1,7 +1,7 @@
-"""The `flashqla` backend normalises q/k with FLA's Triton l2norm, so no torch.compile starts.
+"""The `flashqla` backend normalises q/k with this package's fixed-launch Triton l2norm, so no torch.compile starts.
 
-It calls FLA's kernels for q and k from one autograd node, past FLA's per-call dispatch; the
-result must be bit-identical to FLA's public `l2norm`.
+q and k share one autograd node; the result must match FLA's public `l2norm` (same math: float32
+sum of squares + eps, rsqrt, cast back) to rounding, and FlashQLA's own path to bf16 level.
 
 FlashQLA's own l2norm is `@torch.compile`d: its first call in a process starts Dynamo and
 Inductor, the largest part of a warm first training step (docs/benchmarks.md).
@@ -55,21 +55,23 @@ SCRIPT = textwrap.dedent(
     after_ours = frames()
 
     # The backend's one autograd node for q and k against FLA's public l2norm on each.
-    from slime_flashqla.gdn.qk_l2norm import _fla_l2norm, _fla_l2norm_fwd_bwd, _qk_function
+    from fla.modules.norm.l2norm import l2norm as fla_l2norm
+    from slime_flashqla.gdn.qk_l2norm import _qk_function
     q, k = (inputs[n].detach().clone().requires_grad_() for n in ("q", "k"))
     dq, dk = torch.randn_like(q), torch.randn_like(k)
     fused = _qk_function()(q, k)
-    public = (_fla_l2norm()(q), _fla_l2norm()(k))
-    same = [torch.equal(a, b) for a, b in zip(fused, public)]
-    same += [torch.equal(a, b) for a, b in zip(torch.autograd.grad(fused, (q, k), (dq, dk)),
-                                               torch.autograd.grad(public, (q, k), (dq, dk)))]
-    with torch.no_grad():  # the forward-only path skips the autograd node: same kernels, same bits
+    public = (fla_l2norm(q), fla_l2norm(k))
+    pairs = list(zip(fused, public))
+    pairs += list(zip(torch.autograd.grad(fused, (q, k), (dq, dk)), torch.autograd.grad(public, (q, k), (dq, dk))))
+    with torch.no_grad():  # the forward-only path skips the autograd node: same kernels, same values
         plain = _qk_function()(q, k)
-        same += [torch.equal(a, b) and not a.requires_grad for a, b in zip(plain, public)]
+        pairs += list(zip(plain, fused))
+    same = [((a.double() - b.double()).norm() / b.double().norm()).item() for a, b in pairs]
+    nodes = [plain[0].grad_fn is None, fused[0].grad_fn is fused[1].grad_fn]
     import flash_qla
     theirs = step(flash_qla.chunk_gated_delta_rule)
     rel = [((a.double() - b.double()).norm() / b.double().norm()).item() for a, b in zip(ours, theirs)]
-    print(json.dumps({"impl": qk_l2norm_impl(), "fused": _fla_l2norm_fwd_bwd() is not None, "same": same,
+    print(json.dumps({"impl": qk_l2norm_impl(), "nodes": nodes, "same": same,
                       "frames_after_ours": after_ours,
                       "frames_after_flashqla_own": frames(), "rel": rel}))
     """
@@ -84,12 +86,12 @@ def test_flashqla_backend_starts_no_torch_compile_and_matches_flashqlas_own_l2no
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     print(result)
-    assert result["impl"] == "fla-triton"
-    # On CUDA no FLA backend replaces its l2norm, so q and k share one autograd node that runs
-    # FLA's own kernels: outputs and gradients are bit-identical to FLA's public l2norm, and
-    # so are the outputs of the no-grad path, which runs the forward kernels without the node.
-    assert result["fused"] is True
-    assert result["same"] == [True] * 6, result["same"]
+    assert result["impl"] == "slime-flashqla-triton"
+    # q and k share one autograd node (none under no_grad); against FLA's public l2norm the
+    # outputs and gradients differ by rounding only, and the no-grad path gives the same values.
+    assert result["nodes"] == [True, True]
+    assert max(result["same"][:4]) < 4e-3, result["same"]
+    assert max(result["same"][4:]) == 0.0, result["same"]
     assert result["frames_after_ours"] == 0, "the flashqla backend ran something through torch.compile"
     # The control: FlashQLA's own l2norm does go through torch.compile, so the count can move.
     assert result["frames_after_flashqla_own"] > 0

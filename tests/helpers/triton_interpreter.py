@@ -1,0 +1,60 @@
+"""Triton's CPU interpreter for machines without CUDA, set up before any test calls a Triton kernel.
+
+TRITON_INTERPRET is read when @triton.jit decorates a kernel, and slime_flashqla.triton_ops
+decorates its kernels on their first call, so setting it when the test session starts (the
+root conftest calls `use_interpreter_without_gpu`) covers every test that reaches them: the
+kernels' own tests and the layers and backends that call them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+
+
+def _cuda_available() -> bool:
+    try:  # the image and conda sessions collect tests too; keep this import-safe without torch
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+ON_GPU = _cuda_available()
+
+
+def _round_bf16_like_the_gpu() -> None:
+    """Make the interpreter round float32 -> bfloat16 to nearest-even, as cvt.rn.bf16.f32 on the GPU does.
+
+    Triton 3.6's interpreter truncates that cast (InterpreterBuilder.cast_impl), so every bf16
+    store would carry up to a whole ulp of error that compiled kernels do not have; the
+    parity tolerances below are those of a correctly rounded kernel.
+    """
+    import numpy as np
+    import torch
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder, "_slime_flashqla_rtne", False):
+        return
+    cast_impl = builder.cast_impl
+
+    def cast_rtne(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            rounded = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32)).to(torch.bfloat16)
+            return interpreter.TensorHandle(rounded.view(torch.int16).numpy().view(np.uint16), tl.bfloat16)
+        return cast_impl(self, src, dst_type)
+
+    builder.cast_impl = cast_rtne
+    builder.create_fp_trunc = lambda self, src, dst_type: self.cast_impl(src, dst_type)
+    builder._slime_flashqla_rtne = True
+
+
+def use_interpreter_without_gpu() -> None:
+    """Where triton is installed and no CUDA device is, run Triton kernels in the interpreter."""
+    if HAS_TRITON and not ON_GPU:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        _round_bf16_like_the_gpu()
