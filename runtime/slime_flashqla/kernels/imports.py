@@ -46,17 +46,25 @@ _BACKEND_LOADERS = {
 }
 
 
-def kernel_imports(backend: str) -> list[str]:
-    """What a GDN layer on CUDA with `backend` imports at its first step, among installed packages."""
+def kernel_imports(backend: str, *, resolve_auto: bool = False) -> list[str]:
+    """What a GDN layer on CUDA with `backend` imports at its first step, among installed packages.
+
+    With `resolve_auto`, `auto` lists only the backend it would pick for a bf16 training step
+    here (explain_auto): a node whose FlashQLA validates never needs FLA's 20 s import.
+    """
     if backend not in _BACKEND_LOADERS:
         raise ValueError(f"unknown GDN backend {backend!r}; valid names are: {', '.join(_BACKEND_LOADERS)}")
+    if backend == "auto" and resolve_auto:
+        from slime_flashqla.gdn import explain_auto
+
+        backend = explain_auto().backend
     return [label for label in _BACKEND_LOADERS[backend] if is_installed(_LOADERS[label][0])]
 
 
-def import_kernel_packages(backend: str) -> dict[str, float]:
-    """Run the imports `kernel_imports(backend)` lists; return seconds for each, in order."""
+def import_kernel_packages(backend: str, *, resolve_auto: bool = True) -> dict[str, float]:
+    """Run the imports `kernel_imports(backend)` lists (`auto` resolved here); return seconds for each, in order."""
     seconds = {}
-    for label in kernel_imports(backend):
+    for label in kernel_imports(backend, resolve_auto=resolve_auto):
         start = time.perf_counter()
         _LOADERS[label][1]()
         seconds[label] = round(time.perf_counter() - start, 3)

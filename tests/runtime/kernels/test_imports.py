@@ -35,11 +35,21 @@ def test_only_installed_packages_are_listed_layer_ops_first(backend):
 def test_without_kernel_packages_only_the_layer_ops_are_imported():
     code = (
         "import sys; from slime_flashqla.kernels.imports import import_kernel_packages as f; "
-        "print(sorted(f('auto')), sorted(m for m in ('fla', 'flash_qla', 'tilelang', 'triton') if m in sys.modules))"
+        "print(sorted(f('auto', resolve_auto=False)), "
+        "sorted(m for m in ('fla', 'flash_qla', 'tilelang', 'triton') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     expected = "['triton layer ops'] ['triton']" if is_installed("triton") else "[] []"
     assert out.strip() == expected  # never fla: the layer's own kernels do not come from FLA
+
+
+def test_auto_imports_only_what_it_picks_here():
+    from slime_flashqla.gdn import explain_auto
+
+    picked = explain_auto().backend
+    assert kernel_imports("auto", resolve_auto=True) == kernel_imports(picked)
+    if picked == "torch":  # no GPU: auto runs the reference, and a layer step imports no kernel package
+        assert import_kernel_packages("auto") == {}
 
 
 def test_import_seconds_are_itemised_by_package_from_a_real_importtime_run():
