@@ -7,7 +7,9 @@
 #   archive       cache export, every cache emptied, cache import, a fresh `auto` stream on the imported cache
 #   first-step    a warm process to its first GDN layer step, three times, imports itemised by package
 #   tests         the gpu tests of the kernels this run relies on, and `slime-flashqla check`
-#   bash tests/gpu/stream_targets.sh [stage ...]    (default: all, in that order)
+#   fla-floor     the `fla` backend's GPU parity with the lowest FLA the runtime supports, installed
+#                 under FLA_FLOOR_SITE (pip install --target DIR flash-linear-attention==0.5.0 fla-core==0.5.0)
+#   bash tests/gpu/stream_targets.sh [stage ...]    (default: all but fla-floor, in that order)
 # DRY=1 runs the same stages on the CPU with the torch backend and tiny sizes (to test this script).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +24,7 @@ STEPS=${STEPS:-200}
 AUTO_HEADS=${AUTO_HEADS:-16/32,2/8}
 HEADS=${HEADS:-16/32}
 # slime's FlashQLA path repeats q/k to Hv heads: its kernels are those of Hv/Hv, warmed beside ours.
-WARM_HEADS=${WARM_HEADS:-16/32,2/8,32/32,8/8}
+WARM_HEADS=${WARM_HEADS:-16/32,2/8,32/32}
 VARIANTS=${VARIANTS:-auto,flashqla-repeat,slime-fla}
 if [ "${DRY:-0}" = 1 ]; then
   STEPS=4 WARM_HEADS=1/2 AUTO_HEADS=1/2 HEADS=1/2 VARIANTS=torch,torch-repeat
@@ -82,9 +84,19 @@ for s in "${stages[@]}"; do
       ;;
     tests)
       stage "gpu tests of the kernels this run relies on, and check"
-      $PY -m pytest tests/runtime/kernels tests/runtime/layers tests/runtime/gdn -m gpu -rs -q \
+      # The head configurations warmed above (16/32): the full TP sweep of test_gpu_parity.py
+      # compiles every other configuration and belongs to `nox -s gpu_tests`.
+      $PY -m pytest tests/runtime/triton_ops tests/runtime/kernels tests/runtime/layers/test_gpu_layers.py \
+        tests/runtime/gdn/test_gpu_qk_l2norm.py tests/runtime/gdn/test_gpu_inputs.py -m gpu -rs -q \
         -p no:cacheprovider ${TESTS_ARGS:-} 2>&1 | tail -n 30 | tee "$OUT_DIR/gpu_tests.log" || status=1
       $PY -m slime_flashqla check 2>&1 | tail -n 30 | tee "$OUT_DIR/check.log" || status=1
+      ;;
+    fla-floor)
+      stage "fla backend parity with FLA from ${FLA_FLOOR_SITE:?set FLA_FLOOR_SITE}"
+      PYTHONPATH=$FLA_FLOOR_SITE:${PYTHONPATH:-} $PY -c "import fla; print('FLA', fla.__version__, fla.__file__)"
+      PYTHONPATH=$FLA_FLOOR_SITE:${PYTHONPATH:-} $PY -m pytest tests/runtime/gdn/test_gpu_parity.py -m gpu -rs -q \
+        -p no:cacheprovider -k "fla and not flashqla and (16-32 or states or gva or own)" 2>&1 | tail -n 20 \
+        | tee "$OUT_DIR/fla_floor.log" || status=1
       ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
