@@ -59,8 +59,11 @@ CHILD = textwrap.dedent(
 
 
 def run_child(cache_dir):
+    # Triton reads a kernel's source from its file: the child is a script, not `python -c`.
+    script = cache_dir.parent / "triton_child.py"
+    script.write_text(CHILD)
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache_dir)}
-    done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     line = next(line for line in done.stdout.splitlines() if line.startswith("EVENTS "))
     return json.loads(line.removeprefix("EVENTS "))
@@ -107,8 +110,11 @@ def test_a_real_tilelang_compile_is_counted_and_a_cache_load_is_not(tmp_path):
     pytest.importorskip("tilelang")
     env = {**os.environ, "TILELANG_CACHE_DIR": str(tmp_path / "tilelang")}
 
+    script = tmp_path / "tilelang_child.py"  # TileLang, like Triton, reads the kernel's source file
+    script.write_text(TILELANG_CHILD)
+
     def run():
-        done = subprocess.run([sys.executable, "-c", TILELANG_CHILD], capture_output=True, text=True, env=env)
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr[-2000:]
         line = next(line for line in done.stdout.splitlines() if line.startswith("EVENTS "))
         return json.loads(line.removeprefix("EVENTS "))
