@@ -82,6 +82,8 @@ print('FIRST_STEP ' + json.dumps(report), flush=True)
 """
 
 
+SHOWN_SECONDS = 0.01  # packages below this are summed under OTHER
+OTHER = "(packages under 10 ms each)"
 IMPORT_TIME = re.compile(r"^import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)")
 
 
@@ -89,7 +91,8 @@ def imports_by_package(importtime_lines: list[str]) -> dict[str, float]:
     """Seconds of import by top-level package from `-X importtime` lines, largest first.
 
     Each module's own ("self") time is counted once, under the package its name starts with,
-    so nested imports are not counted twice and the values add up to the whole import time.
+    so nested imports are not counted twice and the values add up to the whole import time;
+    packages under 10 ms are summed in one entry.
     """
     seconds: dict[str, float] = {}
     for line in importtime_lines:
@@ -97,7 +100,11 @@ def imports_by_package(importtime_lines: list[str]) -> dict[str, float]:
         if match:
             package = match.group(4).split(".")[0]
             seconds[package] = seconds.get(package, 0.0) + int(match.group(1)) / 1e6
-    return {name: round(value, 3) for name, value in sorted(seconds.items(), key=lambda item: -item[1])}
+    ranked = sorted(seconds.items(), key=lambda item: -item[1])
+    # Hundreds of standard-library modules take microseconds each: one line for all of them.
+    shown = {name: round(value, 3) for name, value in ranked if value >= SHOWN_SECONDS}
+    rest = sum(value for _, value in ranked if value < SHOWN_SECONDS)
+    return {**shown, OTHER: round(rest, 3)} if rest else shown
 
 
 def time_first_step(backend: str, heads: str, lengths: str, profile: str | None = None) -> dict:

@@ -53,7 +53,7 @@ def test_auto_imports_only_what_it_picks_here():
 
 
 def test_import_seconds_are_itemised_by_package_from_a_real_importtime_run():
-    from slime_flashqla.kernels.first_step import imports_by_package
+    from slime_flashqla.kernels.first_step import OTHER, imports_by_package
 
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", "import json, email.mime.text, slime_flashqla.gdn"],
@@ -63,8 +63,9 @@ def test_import_seconds_are_itemised_by_package_from_a_real_importtime_run():
     )
     lines = done.stderr.splitlines()
     seconds = imports_by_package(lines)
-    assert {"json", "email", "slime_flashqla", "torch"} <= set(seconds)
-    assert list(seconds.values()) == sorted(seconds.values(), reverse=True)
+    assert "torch" in seconds and OTHER in seconds  # json and email are a few ms: summed
+    shown = [value for name, value in seconds.items() if name != OTHER]
+    assert shown == sorted(shown, reverse=True) and min(shown) >= 0.01
     # each module's own time once: the packages add up to the sum of every module's self time
     total = sum(int(line.split("|")[0].split(":")[1]) for line in lines[1:] if line.startswith("import time:"))
     assert sum(seconds.values()) == pytest.approx(total / 1e6, abs=1e-3 * len(seconds))
