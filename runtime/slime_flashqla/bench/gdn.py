@@ -36,6 +36,7 @@ from slime_flashqla.bench.gdn_shapes import (
     parse_heads,
     parse_shapes,
 )
+from slime_flashqla.bench.options import check_at_least, parse_device
 from slime_flashqla.bench.report import environment, print_table, rich_console
 from slime_flashqla.bench.variants import (
     DEFAULT_VARIANTS,
@@ -214,30 +215,6 @@ def _choose(text: str, valid: tuple[str, ...], what: str) -> list[str]:
     return items
 
 
-def _parse_device(text: str | None):
-    import torch
-
-    if text is None:
-        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    try:
-        device = torch.device(text)
-    except RuntimeError as error:
-        raise BenchInputError(f"bad --device {text!r}: {error}") from error
-    if device.type == "cpu":
-        return device
-    if device.type != "cuda":
-        raise BenchInputError(f"--device must be cuda, cuda:N or cpu, got {text!r}")
-    if not torch.cuda.is_available():
-        raise BenchInputError(
-            f"--device {text}: no CUDA device here (torch.cuda.is_available() is False); "
-            "for a CPU run use --device cpu --variants torch"
-        )
-    index = torch.cuda.current_device() if device.index is None else device.index
-    if index >= torch.cuda.device_count():
-        raise BenchInputError(f"--device {text}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return torch.device("cuda", index)
-
-
 def build_plan(args: argparse.Namespace) -> Plan:
     """Parse and check the options; raise BenchInputError naming the first problem."""
     if args.shapes and args.all_shapes:
@@ -250,16 +227,15 @@ def build_plan(args: argparse.Namespace) -> Plan:
     except ShapeError as error:
         raise BenchInputError(str(error)) from error
     names = list(VARIANTS) if args.variants.strip() == "all" else _choose(args.variants, tuple(VARIANTS), "variant")
-    for name, value, low in (
+    check_at_least(
+        BenchInputError,
         ("--iters", args.iters, 1),
         ("--rounds", args.rounds, 1),
         ("--warmup", args.warmup, 0),
         ("--head-dim", args.head_dim, 1),
         ("--hidden-size", args.hidden_size, 1),
-    ):
-        if value < low:
-            raise BenchInputError(f"{name} must be >= {low}, got {value}")
-    device = _parse_device(args.device)
+    )
+    device = parse_device(args.device, BenchInputError)
     return Plan(
         device=device,
         levels=_choose(args.levels, LEVELS, "level"),

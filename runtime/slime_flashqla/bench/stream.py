@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slime_flashqla.bench.gdn_shapes import HeadConfig, ShapeError, parse_heads
+from slime_flashqla.bench.options import check_at_least, parse_device
 from slime_flashqla.bench.packs import DISTRIBUTIONS, PackDistribution, PackError
 from slime_flashqla.bench.report import environment, print_table, rich_console
 from slime_flashqla.bench.stream_worker import StreamJob
@@ -127,16 +128,13 @@ def _variants(args) -> list[Variant]:
 
 def build_plan(args: argparse.Namespace) -> StreamPlan:
     """Parse and check the options; raise StreamInputError naming the first problem."""
-    from slime_flashqla.bench.gdn import BenchInputError, _parse_device
-
-    for name, value, low in (
+    check_at_least(
+        StreamInputError,
         ("--steps", args.steps, 2),
         ("--head-dim", args.head_dim, 1),
         ("--hidden-size", args.hidden_size, 1),
         ("--timeout", args.timeout, 1),
-    ):
-        if value < low:
-            raise StreamInputError(f"{name} must be >= {low}, got {value}")
+    )
     try:
         packs = PackDistribution(
             max_tokens=args.max_tokens,
@@ -148,8 +146,8 @@ def build_plan(args: argparse.Namespace) -> StreamPlan:
             dist=args.dist,
             seed=args.seed,
         )
-        device = _parse_device(args.device)
-    except (PackError, BenchInputError) as error:
+        device = parse_device(args.device, StreamInputError)
+    except PackError as error:
         raise StreamInputError(str(error)) from None
     for option in ("json", "plot"):
         path = getattr(args, option)
