@@ -1,4 +1,10 @@
-"""The `slime-flashqla` command line: one module per subcommand."""
+"""The `slime-flashqla` command line: one module per subcommand.
+
+Errors: a subcommand raises `slime_flashqla.cli.errors.UserError` (or lets the runtime's
+FlashQLAUnavailableError, ImportError, ValueError or OSError through); `main` prints one line,
+`slime-flashqla COMMAND: message`, and exits 2.  Anything else is one line too, exit 1.
+`--debug` (before or after the subcommand) shows the traceback instead.
+"""
 
 from __future__ import annotations
 
@@ -27,20 +33,48 @@ def build_parser() -> argparse.ArgumentParser:
         description="FlashQLA / FLA kernels for Qwen Gated DeltaNet: check, benchmark, warm up, move kernel caches.",
     )
     parser.add_argument("--version", action="version", version=f"slime-flashqla {__version__}")
+    parser.add_argument("--debug", action="store_true", help="on an error, show the traceback")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
+    _add_debug_flag(parser)
     return parser
 
 
+def _add_debug_flag(parser: argparse.ArgumentParser) -> None:
+    """Give every (sub-)subcommand `--debug` too, so it works after the subcommand's name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                # SUPPRESS: an absent sub-level flag leaves the top-level value alone.
+                sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+                _add_debug_flag(sub)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code."""
+    """Run the CLI and return its exit code; errors become one line unless --debug."""
+    from slime_flashqla.cli.errors import one_line, user_error_types
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    prefix = " ".join(filter(None, ("slime-flashqla", args.command, getattr(args, "benchmark", None))))
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{prefix}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if args.debug:
+            raise
+        if isinstance(error, user_error_types()):
+            print(f"{prefix}: {one_line(error)}", file=sys.stderr)
+            return 2
+        unexpected = f"unexpected {type(error).__name__}: {one_line(error)}"
+        print(f"{prefix}: {unexpected} (run again with --debug for the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
