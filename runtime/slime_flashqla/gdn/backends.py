@@ -13,7 +13,7 @@ from slime_flashqla.gdn.errors import FlashQLAUnavailableError
 from slime_flashqla.gdn.inputs import GDNShape
 from slime_flashqla.gdn.packages import is_installed, require
 from slime_flashqla.gdn.qk_l2norm import l2norm_qk
-from slime_flashqla.gdn.validation import flashqla_runtime_status
+from slime_flashqla.gdn.validation import describe_unmet, flashqla_runtime_status
 
 FLASHQLA_HEAD_DIM = 128
 
@@ -117,13 +117,20 @@ class FlashQLABackend:
     supports_gva = True
     unavailable_error = FlashQLAUnavailableError
 
-    def available(self, device: torch.device | None = None, *, backward: bool = False) -> tuple[bool, str]:
+    # Where flash-qla is missing: the pip name, so the refusal says what to install.
+    missing_package = "needs the flash-qla package, which is not installed (pip install flash-qla)"
+
+    def unmet(self, device: torch.device | None, backward: bool) -> tuple[list[str], str]:
+        """(every unmet requirement, the runtime status's reason) for this device."""
         status = flashqla_runtime_status(device, backward=backward)
-        if not status.ok:
-            return False, status.reason
+        problems = list(status.problems)
         if not is_installed(self.module):
-            return False, "flash-qla is not installed (pip install flash-qla)"
-        return True, status.reason
+            problems.append(self.missing_package)
+        return problems, status.reason
+
+    def available(self, device: torch.device | None = None, *, backward: bool = False) -> tuple[bool, str]:
+        problems, reason = self.unmet(device, backward)
+        return (False, describe_unmet(problems)) if problems else (True, reason)
 
     def input_problem(self, shape: GDNShape, dtype: torch.dtype, device: torch.device) -> str | None:
         if shape.key_dim != FLASHQLA_HEAD_DIM or shape.value_dim != FLASHQLA_HEAD_DIM:
@@ -135,15 +142,11 @@ class FlashQLABackend:
         return None
 
     def runtime_problem(self, device: torch.device, backward: bool, dtype: torch.dtype) -> str | None:
-        status = flashqla_runtime_status(device, backward=backward)
-        if not status.ok:
-            return status.reason
-        if status.forward_only and dtype == torch.float16:
+        problems, _ = self.unmet(device, backward)
+        if not problems and flashqla_runtime_status(device, backward=backward).forward_only and dtype == torch.float16:
             # FlashQLA's SM12x forward kernel does not compile for float16 (FLA's verifier says the same).
             return "FlashQLA's SM120/SM121 forward kernel supports bfloat16 only"
-        if not is_installed(self.module):
-            return "flash-qla is not installed (pip install flash-qla)"
-        return None
+        return describe_unmet(problems) if problems else None
 
     def supports(self, shape: GDNShape, dtype: torch.dtype, device: torch.device, backward: bool):
         problem = self.input_problem(shape, dtype, device) or self.runtime_problem(device, backward, dtype)
@@ -152,10 +155,9 @@ class FlashQLABackend:
         return True, f"FlashQLA validates ({flashqla_runtime_status(device, backward=backward).reason})"
 
     def require(self) -> None:
-        status = flashqla_runtime_status(None, backward=False)
-        if not status.ok:
-            raise FlashQLAUnavailableError(status.reason)
-        require(self.module, self.name)
+        problems, _ = self.unmet(None, backward=False)
+        if problems:
+            raise FlashQLAUnavailableError(describe_unmet(problems))
 
     def kernel(self):
         return _flash_qla_kernel()

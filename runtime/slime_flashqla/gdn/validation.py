@@ -29,6 +29,13 @@ class RuntimeStatus:
     reason: str
     capability: tuple[int, int] | None = None
     forward_only: bool = False
+    # Every unmet requirement, each a phrase that follows "FlashQLA" (see `describe_unmet`).
+    problems: tuple[str, ...] = ()
+
+
+def describe_unmet(problems) -> str:
+    """One sentence naming every unmet requirement: 'FlashQLA needs ...; needs ...'."""
+    return "FlashQLA " + "; ".join(problems)
 
 
 def _release(text: str, what: str) -> tuple[int, ...]:
@@ -43,45 +50,48 @@ def _sm(capability: tuple[int, int]) -> str:
     return f"SM{capability[0]}{capability[1]}"
 
 
+def _supported() -> str:
+    return (
+        ", ".join(TRAINING_CAPABILITIES.values())
+        + " ("
+        + "/".join(FORWARD_ONLY_CAPABILITIES.values())
+        + ": forward only)"
+    )
+
+
 def flashqla_runtime_status(device=None, *, backward: bool = True) -> RuntimeStatus:
-    """Check FlashQLA's runtime requirements and return the status instead of raising."""
+    """Check FlashQLA's runtime requirements, all of them, and return the status instead of raising."""
     import torch
 
+    problems = []
     # Pre-releases and local builds (2.8.0a0+git..., NGC's builds) count as their release:
     # compare the numeric release, not the full PEP 440 ordering.
-    torch_release = _release(torch.__version__, "PyTorch")
-    if torch_release[:2] < MIN_TORCH:
-        return RuntimeStatus(False, f"FlashQLA needs PyTorch >= 2.8, found {torch.__version__}")
+    if _release(torch.__version__, "PyTorch")[:2] < MIN_TORCH:
+        problems.append(f"needs PyTorch >= 2.8, found {torch.__version__}")
     cuda_build = torch.version.cuda
     if not cuda_build:
-        return RuntimeStatus(
-            False, f"FlashQLA needs a CUDA build of PyTorch (CUDA >= 12.8); found {torch.__version__} without CUDA"
-        )
-    if _release(cuda_build, "CUDA")[:2] < MIN_CUDA:
-        return RuntimeStatus(False, f"FlashQLA needs PyTorch built with CUDA >= 12.8, found CUDA {cuda_build}")
+        problems.append(f"needs a CUDA build of PyTorch (CUDA >= 12.8); found {torch.__version__} without CUDA")
+    elif _release(cuda_build, "CUDA")[:2] < MIN_CUDA:
+        problems.append(f"needs PyTorch built with CUDA >= 12.8, found CUDA {cuda_build}")
     if not torch.cuda.is_available():
-        return RuntimeStatus(
-            False, "FlashQLA needs a CUDA device, but torch.cuda.is_available() is False (no GPU or driver)"
+        problems.append(
+            f"needs a CUDA device of compute capability {_supported()}, "
+            "but torch.cuda.is_available() is False (no GPU or driver)"
         )
+        return RuntimeStatus(False, describe_unmet(problems), problems=tuple(problems))
     capability = tuple(torch.cuda.get_device_capability(device))
-    if capability in TRAINING_CAPABILITIES:
-        return RuntimeStatus(True, f"{_sm(capability)}: forward and backward kernels", capability)
-    if capability in FORWARD_ONLY_CAPABILITIES:
-        if backward:
-            return RuntimeStatus(
-                False,
-                f"{_sm(capability)} has FlashQLA forward kernels only (no backward kernel): "
-                "train with the 'fla' backend, or use FlashQLA for inference (backward=False)",
-                capability,
-                forward_only=True,
-            )
-        return RuntimeStatus(True, f"{_sm(capability)}: forward kernels only", capability, forward_only=True)
-    supported = ", ".join([*TRAINING_CAPABILITIES.values(), *FORWARD_ONLY_CAPABILITIES.values()])
-    return RuntimeStatus(
-        False,
-        f"FlashQLA needs compute capability {supported} (SM120/SM121 forward only); found {_sm(capability)}",
-        capability,
-    )
+    forward_only = capability in FORWARD_ONLY_CAPABILITIES
+    if forward_only and backward:
+        problems.append(
+            f"has {_sm(capability)} forward kernels only (no backward kernel): "
+            "train with the 'fla' backend, or use FlashQLA for inference (backward=False)"
+        )
+    elif capability not in TRAINING_CAPABILITIES and not forward_only:
+        problems.append(f"needs compute capability {_supported()}; found {_sm(capability)}")
+    if problems:
+        return RuntimeStatus(False, describe_unmet(problems), capability, forward_only, tuple(problems))
+    kernels = "forward kernels only" if forward_only else "forward and backward kernels"
+    return RuntimeStatus(True, f"{_sm(capability)}: {kernels}", capability, forward_only)
 
 
 def validate_flashqla_runtime(device=None, *, backward: bool = True) -> None:

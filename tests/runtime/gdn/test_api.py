@@ -36,9 +36,39 @@ def test_missing_fla_names_the_pip_package():
 
 @pytest.mark.skipif(is_installed("flash_qla"), reason="flash-qla is installed here")
 def test_missing_flashqla_names_the_pip_package(machine):  # noqa: F811
+    if is_installed("flash_qla"):
+        pytest.skip("flash-qla is installed here")
     machine(capability=(9, 0))
-    with pytest.raises(ImportError, match="pip install flash-qla"):
+    with pytest.raises(
+        FlashQLAUnavailableError, match=r"flash-qla package, which is not installed \(pip install flash-qla\)"
+    ):
         get_chunk_gated_delta_rule("flashqla")
+
+
+def test_flashqla_refusal_names_every_missing_requirement_at_once(machine):  # noqa: F811
+    if is_installed("flash_qla"):
+        pytest.skip("flash-qla is installed here")
+    machine(torch_version="2.7.1+cpu", cuda=None, available=False)
+    with pytest.raises(FlashQLAUnavailableError) as refused:
+        get_chunk_gated_delta_rule("flashqla")
+    message = str(refused.value)
+    for needed in (
+        "needs PyTorch >= 2.8, found 2.7.1+cpu",
+        "needs a CUDA build of PyTorch (CUDA >= 12.8)",
+        "needs a CUDA device of compute capability SM90, SM100, SM103 (SM120/SM121: forward only)",
+        "torch.cuda.is_available() is False",
+        "pip install flash-qla",
+    ):
+        assert needed in message, (needed, message)
+    assert "\n" not in message
+
+
+def test_flashqla_refusal_on_an_old_cuda_build_and_gpu_names_both(machine):  # noqa: F811
+    machine(cuda="12.6", capability=(8, 0))
+    with pytest.raises(FlashQLAUnavailableError) as refused:
+        get_chunk_gated_delta_rule("flashqla")
+    assert "CUDA >= 12.8, found CUDA 12.6" in str(refused.value)
+    assert "found SM80" in str(refused.value)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
@@ -84,7 +114,7 @@ def test_explain_auto_on_an_h200_without_packages(machine):  # noqa: F811
     machine(capability=(9, 0))
     choice = explain_auto("cuda")
     assert choice.backend == "torch"
-    assert "flash-qla is not installed" in choice.reason
+    assert "flash-qla package, which is not installed (pip install flash-qla)" in choice.reason
     assert "flash-linear-attention is not installed" in choice.reason
 
 
