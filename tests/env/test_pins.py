@@ -140,3 +140,32 @@ def test_conda_recipe_agrees_with_the_pins():
     # Versions the recipe does not spell out must be read from the pins file.
     if not literal:
         assert "env/versions.toml" in text and "load_file_data" in text
+
+
+def test_stack_constraints_pin_the_whole_default_stack():
+    stack = (ROOT / "env" / "stack.txt").read_text()
+    pins = dict(re.findall(r"^([a-z0-9-]+)==([^\s;]+)$", stack, re.MULTILINE))
+    assert pins["torch"] == VERSIONS["torch"]["version"]
+    for name, version in PACKAGES.items():
+        assert pins[name] == version, name
+    assert pins["nvidia-cuda-runtime-cu12"].startswith(VERSIONS["torch"]["cuda"] + ".")
+    # numpy differs between the CPython locks: one line per CPython range, none left unpinned.
+    numpy = re.findall(r"^numpy==\S+ ; python_version .*$", stack, re.MULTILINE)
+    assert len(numpy) == len(VERSIONS["lock"]["pythons"]), numpy
+
+
+def test_readme_main_command_installs_through_the_stack_constraints():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- ci:main-command:begin -->")[1].split("<!-- ci:main-command:end -->")[0]
+    assert "-c env/stack.txt" in block
+    assert "[cli,flashqla]" in block
+    assert "slime-flashqla check" in block
+
+
+def test_render_check_catches_a_hand_edited_stack(tmp_path):
+    shutil.copytree(ROOT / "env", tmp_path / "env")
+    stack = tmp_path / "env" / "stack.txt"
+    stack.write_text(stack.read_text().replace(f"torch=={VERSIONS['torch']['version']}", "torch==0.0.1"))
+    done = render_check(tmp_path / "env")
+    assert done.returncode == 1
+    assert "env/stack.txt is stale" in done.stderr
