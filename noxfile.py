@@ -1,13 +1,15 @@
 """Sessions: `nox` runs the default set (what CI runs); `nox -s gpu_tests` checks a GPU node.
 
 Environment knobs:
-  SLIME_FLASHQLA_TORCH   pip requirement for torch in the `tests` venv (default:
-                         whatever `torch>=2.8` resolves to; CI sets a CPU build).
+  SLIME_FLASHQLA_TORCH          pip requirement for torch in the `tests` venv (default:
+                                whatever `torch>=2.8` resolves to; CI sets a CPU build).
+  SLIME_FLASHQLA_ALLOW_NO_GPU=1 `gpu_tests` skips, instead of failing, where no GPU is visible.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import nox
@@ -54,9 +56,40 @@ def tests(session: nox.Session) -> None:
     )
 
 
+def ensure_test_tools(session: nox.Session) -> None:
+    """pip-install pytest and pytest-timeout (env/dev-tools.txt's pins) where this python lacks them."""
+    import subprocess
+
+    if subprocess.run(["python", "-c", "import pytest, pytest_timeout"], capture_output=True).returncode == 0:
+        return
+    pins = [line.strip() for line in DEV_TOOLS.read_text().splitlines() if line.startswith(("pytest==", "pytest-"))]
+    session.run("python", "-m", "pip", "install", *pins, external=True)
+
+
+def visible_gpus(session: nox.Session) -> int:
+    """How many CUDA devices torch sees from this environment's python."""
+    import subprocess
+
+    probe = "import torch; print(torch.cuda.device_count())"
+    done = subprocess.run(["python", "-c", probe], capture_output=True, text=True)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        session.error(f"gpu_tests: this environment's python cannot report its GPUs ({last})")
+    return int(done.stdout.strip().splitlines()[-1])
+
+
 @nox.session(python=False)
 def gpu_tests(session: nox.Session) -> None:
-    """Parity and behaviour tests on this node's GPU, in the current environment."""
+    """Parity and behaviour tests on this node's GPU, in the current environment; fails without a GPU."""
+    ensure_test_tools(session)
+    if not visible_gpus(session):
+        reason = "no GPU is visible (torch.cuda.device_count() is 0), so nothing here can be checked"
+        if os.environ.get("SLIME_FLASHQLA_ALLOW_NO_GPU") == "1":
+            session.skip(f"{reason}; SLIME_FLASHQLA_ALLOW_NO_GPU=1 makes that a skip")
+        session.error(
+            f"{reason}: run it on a GPU node (in a container: --gpus all), or set "
+            "SLIME_FLASHQLA_ALLOW_NO_GPU=1 to skip where no GPU is expected (an image built on a GPU-less builder)"
+        )
     session.run("python", "-m", "pytest", str(ROOT / "tests"), "-m", "gpu", "-rs", *session.posargs)
 
 
@@ -156,12 +189,28 @@ nox.options.sessions.append("conda_check")
 #   SLIME_FLASHQLA_BASE_IMAGE_DEFAULT    BASE_IMAGE for docker/Dockerfile (CI: its stand-in base)
 #   SLIME_FLASHQLA_BASE_IMAGE_GB10       BASE_IMAGE for docker/Dockerfile.gb10 (CI: its stand-in base)
 #   SLIME_FLASHQLA_INSTALL_FLASHQLA      INSTALL_FLASHQLA build argument (0 or 1)
-#   SLIME_FLASHQLA_REQUIRE_IMAGES=1      fail, instead of skipping, where no engine can be used
+#   SLIME_FLASHQLA_REQUIRE_IMAGES=1      fail, instead of skipping, where no engine or base image can
+#                                        be had, or the image to test was not built from this checkout
+#   SLIME_FLASHQLA_SOURCE_URL            org.opencontainers.image.source (default: git's origin, when it
+#                                        is a network URL; a local path is never written)
+# Without an engine, or without the base image (no registry that serves it), the sessions skip,
+# saying why: the machine, not the project, lacks something.
 IMAGES = {
     "default": ("docker/Dockerfile", "slime-flashqla:latest"),
     "gb10": ("docker/Dockerfile.gb10", "slime-flashqla:gb10"),
 }
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+# What the Dockerfiles COPY: an image's io.slime-flashqla.source-tree label is git's tree of these.
+BUILD_INPUTS = ("README.md", "noxfile.py", "env", "docker", "docs", "conda-recipe", "tests", "runtime")
+# variant -> image ID that image_build built in this nox run (None: it ran and built nothing).
+BUILT_THIS_RUN: dict[str, str | None] = {}
+
+
+def skip_or_fail(session: nox.Session, reason: str) -> None:
+    """Skip the session for a reason of the machine's; fail instead where CI requires the images."""
+    if os.environ.get("SLIME_FLASHQLA_REQUIRE_IMAGES") == "1":
+        session.error(f"{reason} (SLIME_FLASHQLA_REQUIRE_IMAGES=1 requires the image sessions to run)")
+    session.skip(reason)
 
 
 def container_engine(session: nox.Session) -> str:
@@ -182,29 +231,99 @@ def container_engine(session: nox.Session) -> str:
         reason = "docker is on PATH but its daemon does not answer (`docker info` failed)"
     if engine:
         return engine
-    reason = reason or "neither podman nor docker is on PATH"
-    if os.environ.get("SLIME_FLASHQLA_REQUIRE_IMAGES") == "1":
-        session.error(f"{reason}, and SLIME_FLASHQLA_REQUIRE_IMAGES=1 requires the image sessions to run")
-    session.skip(f"{reason}: the image sessions need one (CI installs podman in .ci/setup.d)")
+    skip_or_fail(session, f"{reason or 'neither podman nor docker is on PATH'}: the image sessions need one")
     raise AssertionError("unreachable")
+
+
+def base_image(variant: str) -> str:
+    """The BASE_IMAGE a build of this variant uses: the CI/user override, else the pinned base."""
+    import tomllib
+
+    override = os.environ.get(f"SLIME_FLASHQLA_BASE_IMAGE_{variant.upper()}")
+    return override or tomllib.loads((ROOT / "env" / "versions.toml").read_text())["images"][variant]["base"]
+
+
+def ensure_base_image(session: nox.Session, engine: str, base: str, variant: str, *pull_flags: str) -> None:
+    """Have `base` locally, pulling it if needed; skip (or fail, if required) where it cannot be had."""
+    import subprocess
+
+    if subprocess.run([engine, "image", "inspect", base], capture_output=True).returncode == 0:
+        return
+    session.log(f"{base} is not here: {engine} pull {base}")
+    pull = subprocess.Popen([engine, "pull", *pull_flags, base], stderr=subprocess.PIPE, text=True)
+    last = ""
+    for line in pull.stderr:  # progress goes to stderr; keep its last line for the reason
+        print(line, end="", file=sys.stderr)
+        last = line.strip() or last
+    if pull.wait():
+        skip_or_fail(
+            session,
+            f"base image {base} is not here and cannot be pulled ({last or f'{engine} pull failed'}): "
+            f"the image sessions need a registry that serves it, or a local base image named by "
+            f"SLIME_FLASHQLA_BASE_IMAGE_{variant.upper()}",
+        )
+
+
+def git(*args: str) -> str:
+    """Output of a git command in this checkout, or 'unknown' where git cannot tell."""
+    import subprocess
+
+    done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else "unknown"
+
+
+def source_tree() -> str:
+    """git's tree id of the build inputs as they are on disk now (edits and new files included)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        # A throw-away index: the user's own index and stash are left alone.
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        added = subprocess.run(
+            ["git", "-C", str(ROOT), "add", "--all", "--", *BUILD_INPUTS], env=env, capture_output=True
+        )
+        done = subprocess.run(["git", "-C", str(ROOT), "write-tree"], env=env, capture_output=True, text=True)
+        return done.stdout.strip() if not added.returncode and not done.returncode else "unknown"
+
+
+def source_url() -> str | None:
+    """Where the source can be fetched from: SLIME_FLASHQLA_SOURCE_URL, else a network origin URL."""
+    import re
+
+    url = os.environ.get("SLIME_FLASHQLA_SOURCE_URL") or git("remote", "get-url", "origin")
+    if re.match(r"^(https?|ssh|git)://", url):
+        return re.sub(r"^(\w+://)[^/@]+@", r"\1", url)  # never a user or token
+    if re.match(r"^[\w.-]+@[\w.-]+:", url):  # scp-like git@host:owner/repo
+        return url
+    return None  # a local path (a clone of a clone) says nothing to whoever pulls the image
+
+
+def provenance_labels() -> dict[str, str]:
+    """OCI labels only the build command knows: when, and from where (the revision is a build arg)."""
+    import datetime
+
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")  # reproducible builds pin the date
+    when = datetime.datetime.fromtimestamp(int(epoch), datetime.UTC) if epoch else datetime.datetime.now(datetime.UTC)
+    labels = {
+        "org.opencontainers.image.created": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "io.slime-flashqla.source-tree": source_tree(),
+    }
+    url = source_url()
+    if url:
+        labels["org.opencontainers.image.source"] = url
+    return labels
 
 
 def image_build_args(variant: str) -> list[str]:
     """--build-arg flags: pins from env/versions.toml, provenance from git, bases from the env."""
-    import subprocess
     import tomllib
 
     versions = tomllib.loads((ROOT / "env" / "versions.toml").read_text())
     project = tomllib.loads((RUNTIME / "pyproject.toml").read_text())["project"]
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else "unknown"
-
     args = {
         "VERSION": project["version"],
         "REVISION": git("rev-parse", "HEAD"),
-        "SOURCE": git("remote", "get-url", "origin"),
         "FLA_VERSION": versions["packages"]["flash-linear-attention"],
         "FLASH_QLA_VERSION": versions["packages"]["flash-qla"],
         "TILELANG_VERSION": versions["packages"]["tilelang"],
@@ -213,9 +332,7 @@ def image_build_args(variant: str) -> list[str]:
         args |= {"TORCH_VERSION": versions["torch"]["version"], "TORCH_CUDA_VERSION": versions["torch"]["cuda"]}
     else:
         args["BASE_CUDA_VERSION"] = versions["images"]["gb10"]["cuda"]
-    base = os.environ.get(f"SLIME_FLASHQLA_BASE_IMAGE_{variant.upper()}")
-    if base:
-        args["BASE_IMAGE"] = base
+    args["BASE_IMAGE"] = base_image(variant)
     flashqla = os.environ.get("SLIME_FLASHQLA_INSTALL_FLASHQLA")
     if flashqla:
         args["INSTALL_FLASHQLA"] = flashqla
@@ -253,8 +370,12 @@ def gpu_run_flags(engine: str) -> list[str]:
 @nox.parametrize("variant", list(IMAGES), ids=list(IMAGES))
 def image_build(session: nox.Session, variant: str) -> None:
     """Build one image (default: docker/Dockerfile, gb10: docker/Dockerfile.gb10); posargs go to build."""
+    import subprocess
+
+    BUILT_THIS_RUN[variant] = None  # until the build below succeeds
     engine = container_engine(session)
     dockerfile, tag = IMAGES[variant]
+    ensure_base_image(session, engine, base_image(variant), variant)
     extra = []
     if engine == "podman":
         # podman's OCI format drops SHELL (the Dockerfiles need bash); host networking and
@@ -262,30 +383,54 @@ def image_build(session: nox.Session, variant: str) -> None:
         extra = ["--format", "docker", "--network", "host"]
         if HOST_CA.is_file():
             extra += ["-v", f"{HOST_CA}:{HOST_CA}:ro"]
+    labels = [flag for key, value in provenance_labels().items() for flag in ("--label", f"{key}={value}")]
     session.run(
-        engine, "build", *extra, *image_build_args(variant), "-f", str(ROOT / dockerfile), "-t", tag,
+        engine, "build", *extra, *image_build_args(variant), *labels, "-f", str(ROOT / dockerfile), "-t", tag,
         *session.posargs, str(ROOT), external=True,
     )  # fmt: skip
+    inspect = [engine, "image", "inspect", "--format", "{{.Id}}", tag]
+    BUILT_THIS_RUN[variant] = subprocess.run(inspect, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def image_to_test(session: nox.Session, engine: str, variant: str) -> str:
+    """The ID of the image this checkout built; skips (or fails, if required) for any other image."""
+    import json
+    import subprocess
+
+    tag = IMAGES[variant][1]
+    build = f"nox -s 'image_build({variant})'"
+    if variant in BUILT_THIS_RUN and BUILT_THIS_RUN[variant] is None:
+        skip_or_fail(session, f"image_build({variant}) built no image in this run (its message says why)")
+    image = BUILT_THIS_RUN.get(variant) or tag
+    inspect = [engine, "image", "inspect", "--format", "{{.Id}} {{json .Config.Labels}}", image]
+    done = subprocess.run(inspect, capture_output=True, text=True)
+    if done.returncode:
+        skip_or_fail(session, f"image {tag} is not built: run `{build}` first")
+    image_id, _, labels_json = done.stdout.strip().partition(" ")
+    labels = json.loads(labels_json) or {}
+    wrong = {k: (labels.get(k), v) for k, v in expected_pin_labels(variant).items() if labels.get(k) != v}
+    if wrong:
+        session.error(f"{tag}: OCI labels (label, pinned) disagree with env/versions.toml: {wrong}")
+    # An image from another commit, or from this commit with other edits, would test other code.
+    built_from = (labels.get("org.opencontainers.image.revision"), labels.get("io.slime-flashqla.source-tree"))
+    checkout = (git("rev-parse", "HEAD"), source_tree())
+    if built_from != checkout:
+        skip_or_fail(
+            session,
+            f"{tag} was built from revision {built_from[0]} with source tree {built_from[1]}, not from this "
+            f"checkout (revision {checkout[0]}, source tree {checkout[1]}): run `{build}` first",
+        )
+    return image_id
 
 
 @nox.session(python=False)
 @nox.parametrize("variant", list(IMAGES), ids=list(IMAGES))
 def image_tests(session: nox.Session, variant: str) -> None:
-    """Check the image's pin labels, run its start-up command, in-image tests, CPU suite, (GPU) gpu_tests."""
-    import json
-    import subprocess
-
+    """Check the image's labels, run its start-up command, in-image tests, CPU suite, (GPU) gpu_tests."""
     engine = container_engine(session)
-    tag = IMAGES[variant][1]
-    if subprocess.run([engine, "image", "inspect", tag], capture_output=True).returncode:
-        session.error(f"image {tag} is not built: run `nox -s 'image_build({variant})'` first")
-    inspect = [engine, "image", "inspect", "--format", "{{json .Config.Labels}}", tag]
-    labels = json.loads(subprocess.run(inspect, capture_output=True, text=True, check=True).stdout)
-    wrong = {k: (labels.get(k), v) for k, v in expected_pin_labels(variant).items() if labels.get(k) != v}
-    if wrong:
-        session.error(f"{tag}: OCI labels (label, pinned) disagree with env/versions.toml: {wrong}")
+    image = image_to_test(session, engine, variant)
     gpus = gpu_run_flags(engine)
-    run = [engine, "run", "--rm", *gpus, tag]
+    run = [engine, "run", "--rm", *gpus, image]
     session.run(*run, external=True)  # what `docker run IMAGE` does by itself
     session.run(
         *run, "python", "-m", "pytest", "tests/images/shared", f"tests/images/{variant}",

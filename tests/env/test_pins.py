@@ -91,6 +91,13 @@ def test_lock_carries_every_pin_and_cuda_of_torch():
 
 
 @pytest.mark.parametrize("variant", list(DOCKERFILES))
+def test_base_images_are_fully_qualified(variant):
+    # podman resolves no short names without registry aliases; docker.io/... works for both.
+    registry = VERSIONS["images"][variant]["base"].split("/", 1)[0]
+    assert "." in registry, VERSIONS["images"][variant]["base"]
+
+
+@pytest.mark.parametrize("variant", list(DOCKERFILES))
 def test_dockerfile_defaults_match_the_pins(variant):
     args = arg_defaults(DOCKERFILES[variant])
     image = VERSIONS["images"][variant]
@@ -114,7 +121,7 @@ def test_every_version_written_in_the_docs_is_the_pinned_one():
         text = doc.read_text()
         for name, version in re.findall(rf"\b({names})\s*==\s*([0-9][\w.+]*)", text):
             assert version == pin_of(ALIASES[name]), f"{doc.relative_to(ROOT)}: {name}=={version}"
-        for tag in re.findall(r"nvidia/cuda:[\w.-]+|nvcr\.io/nvidia/pytorch:[\w.-]+", text):
+        for tag in re.findall(r"[\w.-]*/?nvidia/cuda:[\w.-]+|[\w.-]*/?nvidia/pytorch:[\w.-]+", text):
             assert tag in (VERSIONS["images"]["default"]["base"], VERSIONS["images"]["gb10"]["base"]), tag
 
 

@@ -111,3 +111,19 @@ def test_installed_packages_are_consistent():
 def test_check_runs_a_gdn_layer_forward_and_backward():
     done = subprocess.run(["slime-flashqla", "check"], capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("allowed", [False, True], ids=["no-gpu-fails", "allowed-skips"])
+def test_gpu_tests_in_the_image_fail_without_a_gpu_unless_allowed(allowed):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: image_tests runs gpu_tests itself")
+    env = {k: v for k, v in os.environ.items() if k != "SLIME_FLASHQLA_ALLOW_NO_GPU"}
+    if allowed:
+        env["SLIME_FLASHQLA_ALLOW_NO_GPU"] = "1"
+    done = subprocess.run(
+        ["nox", "--no-venv", "-s", "gpu_tests"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert "no GPU is visible" in done.stderr
+    assert done.returncode == (0 if allowed else 1), done.stderr
