@@ -41,10 +41,28 @@ def install_runtime(session: nox.Session, *extras: str) -> None:
     session.install("-r", str(DEV_TOOLS), "-e", f"{RUNTIME}{extra}")
 
 
+def install_fla_floor(session: nox.Session) -> dict[str, str]:
+    """Install the lowest supported FLA (env/versions.toml [floor]) into a folder of its own; env for pytest."""
+    import tomllib
+
+    floor = tomllib.loads((ROOT / "env" / "versions.toml").read_text())["floor"]
+    fla = floor["flash-linear-attention"]
+    target = Path(session.virtualenv.location) / f"fla-floor-{fla}"
+    if not (target / "fla").is_dir():
+        # --target, --no-deps: beside the session's torch, not instead of it; FLA's own
+        # dependencies that the session lacks are named in [floor].
+        session.install(
+            "--no-deps", "--target", str(target), f"flash-linear-attention=={fla}", f"fla-core=={fla}",
+            f"triton=={floor['triton']}", f"einops=={floor['einops']}",
+        )  # fmt: skip
+    return {"SLIME_FLASHQLA_FLA_FLOOR_PATH": str(target)}
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """CPU test suite: unit tests, real gloo processes, CLI; GPU and image tests excluded."""
     install_runtime(session, "cli")
+    env = install_fla_floor(session) if has_venv(session) else {}
     session.run(
         "python",
         "-m",
@@ -53,6 +71,7 @@ def tests(session: nox.Session) -> None:
         "-m",
         "not gpu and not image",
         *session.posargs,
+        env=env,
     )
 
 
@@ -289,11 +308,15 @@ def source_tree() -> str:
 
 def source_url() -> str | None:
     """Where the source can be fetched from: SLIME_FLASHQLA_SOURCE_URL, else a network origin URL."""
+    return source_url_of(os.environ.get("SLIME_FLASHQLA_SOURCE_URL") or git("remote", "get-url", "origin"))
+
+
+def source_url_of(url: str) -> str | None:
+    """`url` as a label value: a network URL without user or token, else None."""
     import re
 
-    url = os.environ.get("SLIME_FLASHQLA_SOURCE_URL") or git("remote", "get-url", "origin")
     if re.match(r"^(https?|ssh|git)://", url):
-        return re.sub(r"^(\w+://)[^/@]+@", r"\1", url)  # never a user or token
+        return re.sub(r"^(https?://)[^/@]+@", r"\1", url)  # never a user or token
     if re.match(r"^[\w.-]+@[\w.-]+:", url):  # scp-like git@host:owner/repo
         return url
     return None  # a local path (a clone of a clone) says nothing to whoever pulls the image
@@ -411,6 +434,11 @@ def image_to_test(session: nox.Session, engine: str, variant: str) -> str:
     wrong = {k: (labels.get(k), v) for k, v in expected_pin_labels(variant).items() if labels.get(k) != v}
     if wrong:
         session.error(f"{tag}: OCI labels (label, pinned) disagree with env/versions.toml: {wrong}")
+    if not labels.get("org.opencontainers.image.created"):
+        session.error(f"{tag}: no org.opencontainers.image.created label")
+    source = labels.get("org.opencontainers.image.source")
+    if source is not None and source_url_of(source) != source:
+        session.error(f"{tag}: org.opencontainers.image.source {source!r} is not a network URL without credentials")
     # An image from another commit, or from this commit with other edits, would test other code.
     built_from = (labels.get("org.opencontainers.image.revision"), labels.get("io.slime-flashqla.source-tree"))
     checkout = (git("rev-parse", "HEAD"), source_tree())

@@ -85,7 +85,16 @@ def test_run_pins_equal_versions_toml(recipe, pins):
     cuda = Version(pins["torch"]["cuda"])
     assert run["cuda-version"] == f">={pins['torch']['cuda']},<{cuda.major + 1}"
     assert "__cuda" in run
-    assert run["flash-linear-attention"] == f">={pins['packages']['flash-linear-attention']}"
+    assert run["flash-linear-attention"] == f">={pins['floor']['flash-linear-attention']}"
+
+
+def test_fla_floor_is_the_runtime_extras_floor(pins, pyproject):
+    floor = Version(pins["floor"]["flash-linear-attention"])
+    for extra in ("fla", "flashqla"):
+        (fla,) = [
+            Requirement(r) for r in pyproject["project"]["optional-dependencies"][extra] if r.startswith("flash-linear")
+        ]
+        assert [Version(s.version) for s in fla.specifier if s.operator == ">="] == [floor], extra
 
 
 def test_run_covers_every_runtime_dependency(recipe, pyproject):

@@ -1,0 +1,61 @@
+"""The `fla` backend's import path against the lowest FLA the runtime supports (env/versions.toml [floor]).
+
+`nox -s tests` installs that FLA release into a folder of its own (SLIME_FLASHQLA_FLA_FLOOR_PATH);
+a fresh interpreter imports it ahead of anything else, so what is checked is that release.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+FLOOR = tomllib.loads((ROOT / "env" / "versions.toml").read_text())["floor"]
+FLOOR_PATH = os.environ.get("SLIME_FLASHQLA_FLA_FLOOR_PATH")
+
+PROBE = """
+import json, os
+import fla
+from slime_flashqla.gdn.fla_kernels import fla_own_chunk_gated_delta_rule, fla_supports_gva, fla_forwards_to_flashqla
+from slime_flashqla.gdn.qk_l2norm import _fla_l2norm, _fla_l2norm_fwd_bwd
+from slime_flashqla.layers.ops import _fla_causal_conv1d, _fla_rms_norm_gated
+from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+
+kernel = fla_own_chunk_gated_delta_rule()
+print(json.dumps({
+    "fla": fla.__version__,
+    "fla_file": fla.__file__,
+    "kernel": f"{kernel.__module__}.{kernel.__qualname__}",
+    "backend_kernel_is_it": KERNEL_BACKENDS["fla"].kernel() is kernel,
+    "gva": fla_supports_gva(),
+    "forwards_to_flashqla": fla_forwards_to_flashqla(),
+    "l2norm": _fla_l2norm().__module__,
+    "l2norm_fwd_bwd": [f.__name__ for f in (_fla_l2norm_fwd_bwd() or ())],
+    "causal_conv1d": _fla_causal_conv1d().__module__,
+    "rms_norm_gated": _fla_rms_norm_gated().__module__,
+}))
+"""
+
+
+@pytest.mark.skipif(FLOOR_PATH is None, reason="run through `nox -s tests`, which installs the FLA floor release")
+def test_fla_backend_import_path_works_with_the_lowest_supported_fla():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (FLOOR_PATH, os.environ.get("PYTHONPATH"))))}
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["fla"] == FLOOR["flash-linear-attention"]
+    assert seen["fla_file"].startswith(FLOOR_PATH)
+    assert seen["kernel"] == "fla.ops.gated_delta_rule.chunk.chunk_gated_delta_rule"
+    assert seen["backend_kernel_is_it"] is True
+    assert seen["gva"] is True
+    assert seen["forwards_to_flashqla"] is False
+    assert seen["l2norm"].startswith("fla.modules")
+    assert seen["l2norm_fwd_bwd"] == ["l2norm_fwd", "l2norm_bwd"]
+    assert seen["causal_conv1d"].startswith("fla.modules")
+    assert seen["rms_norm_gated"].startswith("fla.modules")
