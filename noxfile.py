@@ -287,7 +287,10 @@ def git(*args: str) -> str:
     """Output of a git command in this checkout, or 'unknown' where git cannot tell."""
     import subprocess
 
-    done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    try:
+        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    except FileNotFoundError:  # no git here (a source tree copied into an image)
+        return "unknown"
     return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
@@ -299,10 +302,13 @@ def source_tree() -> str:
     with tempfile.TemporaryDirectory() as tmp:
         # A throw-away index: the user's own index and stash are left alone.
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        added = subprocess.run(
-            ["git", "-C", str(ROOT), "add", "--all", "--", *BUILD_INPUTS], env=env, capture_output=True
-        )
-        done = subprocess.run(["git", "-C", str(ROOT), "write-tree"], env=env, capture_output=True, text=True)
+        try:
+            added = subprocess.run(
+                ["git", "-C", str(ROOT), "add", "--all", "--", *BUILD_INPUTS], env=env, capture_output=True
+            )
+            done = subprocess.run(["git", "-C", str(ROOT), "write-tree"], env=env, capture_output=True, text=True)
+        except FileNotFoundError:
+            return "unknown"
         return done.stdout.strip() if not added.returncode and not done.returncode else "unknown"
 
 
@@ -442,6 +448,13 @@ def image_to_test(session: nox.Session, engine: str, variant: str) -> str:
     # An image from another commit, or from this commit with other edits, would test other code.
     built_from = (labels.get("org.opencontainers.image.revision"), labels.get("io.slime-flashqla.source-tree"))
     checkout = (git("rev-parse", "HEAD"), source_tree())
+    if BUILT_THIS_RUN.get(variant):
+        # Built a moment ago from these files: its labels must say so, or the labelling is broken.
+        if built_from != checkout:
+            session.error(f"{tag} was just built, but its labels {built_from} do not name this checkout {checkout}")
+        return image_id
+    if "unknown" in checkout:
+        skip_or_fail(session, f"git cannot tell this checkout's revision and files, so {tag} cannot be matched to it")
     if built_from != checkout:
         skip_or_fail(
             session,

@@ -49,9 +49,9 @@ def test_image_sessions_skip_without_an_engine(tmp_path):
     # A PATH with git and the interpreter but neither podman nor docker.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("git", "python", "python3"):
-        found = shutil.which(tool) if tool == "git" else sys.executable
-        (bin_dir / tool).symlink_to(found)
+    for tool, found in (("git", shutil.which("git")), ("python", sys.executable), ("python3", sys.executable)):
+        if found:
+            (bin_dir / tool).symlink_to(found)
     done = nox("image_build(default)", "image_tests(default)", path=str(bin_dir))
     assert done.returncode == 0, done.stderr
     assert "image_build(default) skipped: neither podman nor docker is on PATH" in done.stderr
