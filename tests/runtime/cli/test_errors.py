@@ -26,9 +26,12 @@ def test_check_with_a_backend_this_machine_cannot_run_is_one_line(backend):
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("slime-flashqla check: ")
-    assert "pip install" in lines[0] or "CUDA" in lines[0]
+    # Only the CLI's own line counts: native libraries may print to stderr on their own
+    # (torch's oneDNN under qemu-aarch64: "Can't open MIDR_EL1 sysfs entry").
+    ours = [line for line in lines if line.startswith("slime-flashqla")]
+    assert ours == [lines[-1]], done.stderr
+    assert ours[0].startswith("slime-flashqla check: ")
+    assert "pip install" in ours[0] or "CUDA" in ours[0]
 
 
 @pytest.mark.skipif(not NO_GPU, reason="describes a machine without a GPU")
