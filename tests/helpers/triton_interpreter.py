@@ -25,6 +25,25 @@ def _cuda_available() -> bool:
 ON_GPU = _cuda_available()
 
 
+def _interpreter_problem() -> str | None:
+    """Why Triton kernels cannot run in this machine's interpreter, or None."""
+    if not HAS_TRITON:
+        return "needs triton (pip install triton; see env/dev-tools.txt)"
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    # Triton 3.4's interpreter fails on numpy >= 2.4 ("only 0-dimensional arrays can be converted
+    # to Python scalars"), the numpy the images' lock carries; 3.6 is what the suite is checked on.
+    if Version(version("triton")) < Version("3.6"):
+        return f"Triton's CPU interpreter is checked from triton 3.6 on; this is triton {version('triton')}"
+    return None
+
+
+# Where no GPU runs the kernels compiled, why the interpreter cannot run them either (None: it can).
+KERNELS_UNAVAILABLE = None if ON_GPU and HAS_TRITON else _interpreter_problem()
+
+
 def _round_bf16_like_the_gpu() -> None:
     """Make the interpreter round float32 -> bfloat16 to nearest-even, as cvt.rn.bf16.f32 on the GPU does.
 
@@ -55,6 +74,6 @@ def _round_bf16_like_the_gpu() -> None:
 
 def use_interpreter_without_gpu() -> None:
     """Where triton is installed and no CUDA device is, run Triton kernels in the interpreter."""
-    if HAS_TRITON and not ON_GPU:
+    if not ON_GPU and KERNELS_UNAVAILABLE is None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
         _round_bf16_like_the_gpu()

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from slime_flashqla.gdn.packages import is_installed
+from helpers.triton_interpreter import KERNELS_UNAVAILABLE
 from slime_flashqla.gdn.qk_l2norm import TRITON, l2norm_qk, qk_l2norm_impl
 
-needs_triton = pytest.mark.skipif(not is_installed("triton"), reason="needs triton (see env/dev-tools.txt)")
+needs_triton = pytest.mark.skipif(KERNELS_UNAVAILABLE is not None, reason=KERNELS_UNAVAILABLE or "")
 
 
 def test_without_the_flag_nothing_is_normalised():

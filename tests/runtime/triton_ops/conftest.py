@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from helpers.triton_interpreter import HAS_TRITON, ON_GPU
+from helpers.triton_interpreter import KERNELS_UNAVAILABLE, ON_GPU
 
 # The interpreter turns one-element arrays into loop bounds with a call NumPy deprecates.
 INTERPRETER_NOISE = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")
@@ -18,11 +18,11 @@ INTERPRETER_NOISE = pytest.mark.filterwarnings("ignore:Conversion of an array wi
 
 def pytest_collection_modifyitems(config, items):
     here = os.path.dirname(__file__)
-    skip = pytest.mark.skip(reason="needs triton (pip install triton; see env/dev-tools.txt)")
+    skip = pytest.mark.skip(reason=KERNELS_UNAVAILABLE or "")
     for item in items:
         if not str(item.fspath).startswith(here):
             continue
-        if not HAS_TRITON:
+        if KERNELS_UNAVAILABLE:
             item.add_marker(skip)
         elif not ON_GPU:
             item.add_marker(INTERPRETER_NOISE)
