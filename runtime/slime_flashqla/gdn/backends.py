@@ -85,7 +85,15 @@ class FLABackend:
         return None
 
     def runtime_problem(self, device: torch.device, backward: bool, dtype: torch.dtype) -> str | None:
-        return None if is_installed(self.module) else "flash-linear-attention is not installed"
+        if not is_installed(self.module):
+            return "flash-linear-attention is not installed"
+        if backward and device.type == "cuda":
+            from slime_flashqla.gdn.fla_kernels import hopper_backward_problem
+            from slime_flashqla.gdn.packages import installed_version
+
+            capability = torch.cuda.get_device_capability(device)
+            return hopper_backward_problem(installed_version("fla"), installed_version("triton"), capability)
+        return None
 
     def supports(self, shape: GDNShape, dtype: torch.dtype, device: torch.device, backward: bool):
         problem = self.input_problem(shape, dtype, device) or self.runtime_problem(device, backward, dtype)

@@ -63,3 +63,26 @@ def fla_forwards_to_flashqla() -> bool:
         return Version(version).release >= (0, 6)
     except ValueError:
         return False
+
+
+def hopper_backward_problem(fla_version: str | None, triton_version: str | None, capability) -> str | None:
+    """Why FLA cannot run the GDN backward here, from versions and the device's capability, or None.
+
+    FLA 0.5.x refuses its Triton `chunk_bwd_dqkwg` on Hopper with Triton >= 3.4 (wrong results,
+    FLA #640) and sends it to its TileLang backend, whose 0.5.x verifier takes no grouped value
+    heads: every Qwen GDN layer's backward then ends in FLA's RuntimeError after the forward ran
+    (seen on an H200 with FLA 0.5.0, Triton 3.6, TileLang 0.1.15). FLA 0.6 runs it.
+    """
+    if not (fla_version and triton_version) or capability is None or capability[0] != 9:
+        return None
+    try:
+        fla, triton = Version(fla_version), Version(triton_version)
+    except ValueError:
+        return None
+    if fla.release[:2] == (0, 5) and triton.release >= (3, 4):
+        return (
+            f"flash-linear-attention {fla_version} cannot run the GDN backward on Hopper with Triton "
+            f"{triton_version} (its Triton kernel refuses, FLA #640, and its TileLang one takes no grouped "
+            "value heads): pip install 'flash-linear-attention>=0.6'"
+        )
+    return None

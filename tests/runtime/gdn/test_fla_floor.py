@@ -53,3 +53,24 @@ def test_fla_backend_import_path_works_with_the_lowest_supported_fla():
     assert seen["forwards_to_flashqla"] is False
     # bench's FLA variant calls the public function: FLA < 0.6 has no dispatch behind it.
     assert seen["public_unwraps_to_it"] is True
+
+
+@pytest.mark.parametrize(
+    ("fla", "triton", "capability", "refused"),
+    [
+        ("0.5.0", "3.6.0", (9, 0), True),  # what the H200 run of 2026-12-01 saw fail in the backward
+        ("0.5.1", "3.4.0", (9, 0), True),  # torch 2.8's Triton: the pinned stack
+        ("0.5.0", "3.3.1", (9, 0), False),  # before the Triton regression FLA guards against
+        ("0.5.0", "3.6.0", (8, 0), False),  # not Hopper
+        ("0.5.0", "3.6.0", (10, 0), False),
+        ("0.6.0", "3.6.0", (9, 0), False),  # the pinned FLA: its backward ran on the H200
+        ("0.5.0", None, (9, 0), False),
+    ],
+)
+def test_fla_05_training_on_hopper_is_refused_before_any_launch(fla, triton, capability, refused):
+    from slime_flashqla.gdn.fla_kernels import hopper_backward_problem
+
+    problem = hopper_backward_problem(fla, triton, capability)
+    assert (problem is not None) == refused
+    if refused:
+        assert f"flash-linear-attention {fla}" in problem and "pip install 'flash-linear-attention>=0.6'" in problem
