@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import platform
+import re
 import sys
 
 import pytest
@@ -32,3 +35,41 @@ def test_self_check_says_training_uses_fla():
     assert done.returncode == 0
     assert "train with --qwen-gdn-backend fla" in done.stderr
     assert "forward-only" in done.stderr
+
+
+# env/versions.toml's platform arch -> what the kernel (`uname -m`) calls it
+MACHINES = {"arm64": "aarch64", "amd64": "x86_64"}
+
+
+def wheel_tags(dist: importlib.metadata.Distribution) -> list[str]:
+    """The Tag lines of a distribution's WHEEL file (how it was built and for what)."""
+    return [line.split(": ", 1)[1] for line in (dist.read_text("WHEEL") or "").splitlines() if line.startswith("Tag: ")]
+
+
+def test_runs_on_the_platform_the_image_is_built_for(pins):
+    arch = pins["images"]["gb10"]["platform"].split("/")[1]
+    assert platform.machine() == MACHINES[arch]
+
+
+def test_no_compiled_package_was_built_from_source_here():
+    # A compiled wheel built on this machine is tagged plain linux_<arch>; published ones are
+    # manylinux (pure-Python ones, like slime-flashqla's own, are py3-none-any either way).
+    ours = [d for d in importlib.metadata.distributions() if str(d.locate_file("")).startswith(sys.prefix)]
+    assert len(ours) > 10  # FLA, nox, pytest and their dependencies
+    built = {
+        d.metadata["Name"]: tags
+        for d in ours
+        for tags in [wheel_tags(d)]
+        if not tags or any(t.split("-")[-1].startswith("linux_") for t in tags)
+    }
+    assert not built, f"compiled here instead of installed from a published wheel: {built}"
+
+
+def test_tilelang_wheel_is_for_this_machine_and_its_glibc(flashqla_opted_in):
+    if not flashqla_opted_in:
+        pytest.skip("built without INSTALL_FLASHQLA=1: no TileLang")
+    tags = wheel_tags(importlib.metadata.distribution("tilelang"))
+    floors = [tuple(map(int, m.groups())) for t in tags for m in [re.search(r"manylinux_(\d+)_(\d+)_", t)] if m]
+    assert all(t.endswith(platform.machine()) for t in tags), tags
+    glibc = tuple(map(int, os.confstr("CS_GNU_LIBC_VERSION").split()[1].split(".")[:2]))
+    assert floors and min(floors) <= glibc, (tags, glibc)
