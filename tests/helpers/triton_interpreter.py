@@ -29,6 +29,8 @@ def _interpreter_problem() -> str | None:
     """Why Triton kernels cannot run in this machine's interpreter, or None."""
     if not HAS_TRITON:
         return "needs triton (pip install triton; see env/dev-tools.txt)"
+    if importlib.util.find_spec("torch") is None:  # the conda check's tools bring triton, not torch
+        return "needs torch"
     from importlib.metadata import version
 
     from packaging.version import Version
