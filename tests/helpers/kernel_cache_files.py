@@ -147,10 +147,33 @@ def tilelang_entry_problems(cache: Path) -> list[str]:
     return problems
 
 
+def _triton_groups(cache: Path) -> list[Path]:
+    """Group files in Triton's kernel directories, as Triton finds them: by key, never through an importer's staging.
+
+    A directory may vanish between listing and reading (an importer removes its staging directory when done),
+    so a listing that fails is skipped, not fatal: Triton itself only ever opens `<cache>/<key>/` by name.
+    """
+    groups = []
+    try:
+        keys = sorted(entry.name for entry in os.scandir(cache) if not entry.name.startswith("."))
+    except FileNotFoundError:
+        return groups
+    for key in keys:
+        try:
+            groups += sorted(
+                cache / key / entry.name
+                for entry in os.scandir(cache / key)
+                if entry.name.startswith("__grp__") and entry.name.endswith(".json")
+            )
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return groups
+
+
 def triton_group_problems(cache: Path) -> list[str]:
     """Visible Triton group files that do not parse or name a file that is not there (or outside `cache`)."""
     problems = []
-    for group in sorted(cache.glob("*/__grp__*.json")):
+    for group in _triton_groups(cache):
         try:
             children = json.loads(group.read_text())["child_paths"]
         except (OSError, ValueError, KeyError) as error:
