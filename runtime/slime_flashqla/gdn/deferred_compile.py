@@ -6,12 +6,20 @@ although this package's `flashqla` backend never calls that l2norm (it normalise
 While the package imports, `torch.compile(fn, ...)` returns a wrapper that calls the real
 `torch.compile(fn, ...)` on its first call and the compiled function from then on: what runs,
 and when it compiles, is unchanged; only the import no longer pays for a compiler nobody uses.
+
+The same package marks `chunk_gated_delta_rule` with `@torch.compiler.disable`, and building
+that marker imports TorchDynamo, and with it sympy (about 2 s of own import time on an H200
+host, `-X importtime`). Disabling Dynamo for a function only matters while Dynamo runs, and
+Dynamo cannot run before `torch._dynamo` is imported: so the deferred marker calls the function
+as it is until then, and through the real `torch.compiler.disable(fn)` once Dynamo is loaded.
+It carries Dynamo's own `_torchdynamo_disable` flag, so a `torch.compile`d caller never inlines it.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import sys
 import threading
 from contextlib import contextmanager
 
@@ -37,18 +45,44 @@ def _deferred(real):
     return compile
 
 
+def _deferred_disable(real):
+    def disable(fn=None, recursive=True, *, reason=None):
+        if fn is None:  # used as @torch.compiler.disable(...): return the decorator
+            return lambda inner: disable(inner, recursive, reason=reason)
+        disabled = None
+
+        @functools.wraps(fn)
+        def dynamo_disabled(*args, **kwargs):
+            nonlocal disabled
+            if disabled is None:
+                if "torch._dynamo" not in sys.modules:
+                    return fn(*args, **kwargs)  # no Dynamo loaded, so nothing is tracing this call
+                disabled = real(fn, recursive, reason=reason)
+            return disabled(*args, **kwargs)
+
+        # Dynamo reads these (inspect.getattr_static) to skip inlining a disabled function.
+        dynamo_disabled._torchdynamo_disable = True
+        dynamo_disabled._torchdynamo_disable_msg = reason
+        dynamo_disabled.deferred_torch_compile = True
+        return dynamo_disabled
+
+    return disable
+
+
 @contextmanager
 def torch_compile_deferred():
-    """Within the block, `torch.compile` defers compiling (and importing its compiler) to first use."""
+    """Within the block, `torch.compile` and `torch.compiler.disable` defer importing the compiler to first use."""
     import torch
+    import torch.compiler
 
     with _swap:
-        real = torch.compile
-        torch.compile = _deferred(real)
+        real_compile, real_disable = torch.compile, torch.compiler.disable
+        torch.compile = _deferred(real_compile)
+        torch.compiler.disable = _deferred_disable(real_disable)
         try:
             yield
         finally:
-            torch.compile = real
+            torch.compile, torch.compiler.disable = real_compile, real_disable
 
 
 def import_deferring_torch_compile(name: str):

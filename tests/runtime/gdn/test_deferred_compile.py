@@ -58,3 +58,71 @@ def test_a_plain_import_of_the_same_module_does_build_the_compiler(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "True"
+
+
+DISABLED_MODULE = textwrap.dedent(
+    """
+    import torch
+
+    seen_compiling = []
+
+    @torch.compiler.disable
+    def kernel_call(x):
+        seen_compiling.append(torch.compiler.is_compiling())
+        return x * 3
+
+    @torch.compiler.disable(reason="a host-side kernel launcher")
+    def with_reason(x):
+        seen_compiling.append(torch.compiler.is_compiling())
+        return x - 1
+    """
+)
+
+DISABLED_CHILD = textwrap.dedent(
+    """
+    import sys, torch
+    sys.path.insert(0, sys.argv[1])
+    from slime_flashqla.gdn.deferred_compile import import_deferring_torch_compile
+    module = import_deferring_torch_compile("disabled_at_import")
+    assert torch.compiler.disable.__module__ == "torch.compiler", "torch.compiler.disable is restored"
+    print("DYNAMO_AFTER_IMPORT", "torch._dynamo" in sys.modules)
+    x = torch.arange(4.0)
+    assert torch.equal(module.kernel_call(x), x * 3) and torch.equal(module.with_reason(x), x - 1)
+    print("DYNAMO_AFTER_EAGER_CALLS", "torch._dynamo" in sys.modules)
+    assert module.kernel_call.__name__ == "kernel_call"
+
+    def outer(x):
+        return module.kernel_call(x.sin()) + module.with_reason(x).cos()
+
+    compiled = torch.compile(outer, backend="eager", fullgraph=False)
+    assert torch.allclose(compiled(x), outer(x))
+    assert torch.allclose(compiled(x + 1), outer(x + 1))
+    from torch._dynamo.utils import counters
+    print("TRACED_INSIDE", any(module.seen_compiling))
+    print("GRAPH_BREAKS", sum(counters["graph_break"].values()) > 0)
+    """
+)
+
+
+def test_a_deferred_compiler_disable_imports_no_dynamo_and_still_disables_it_under_torch_compile(tmp_path):
+    """The deferred marker: no Dynamo (nor sympy) at import or in eager calls; a compiled caller still never traces
+    into the function (Dynamo's own check of the flag), and the results match eager."""
+    (tmp_path / "disabled_at_import.py").write_text(DISABLED_MODULE)
+    done = subprocess.run(
+        [sys.executable, "-c", DISABLED_CHILD, str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    assert lines["DYNAMO_AFTER_IMPORT"] == "False" and lines["DYNAMO_AFTER_EAGER_CALLS"] == "False"
+    assert lines["TRACED_INSIDE"] == "False"  # every call ran eagerly, as the real marker makes it
+    assert lines["GRAPH_BREAKS"] == "True"
+
+
+def test_a_plain_import_of_a_compiler_disable_does_import_dynamo(tmp_path):
+    """The control: `@torch.compiler.disable` at import time loads TorchDynamo, which is what the deferral saves."""
+    (tmp_path / "disabled_at_import.py").write_text(DISABLED_MODULE)
+    code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import disabled_at_import; "
+    code += "print('torch._dynamo' in sys.modules, 'sympy' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "True True"
