@@ -9,10 +9,11 @@ and when it compiles, is unchanged; only the import no longer pays for a compile
 
 The same package marks `chunk_gated_delta_rule` with `@torch.compiler.disable`, and building
 that marker imports TorchDynamo, and with it sympy and parts of Inductor (on an H200 host the
-kernel-package imports of a warm process took 9.27 s with it, 4.43 s without). Disabling Dynamo for a function only matters while Dynamo runs, and
-Dynamo cannot run before `torch._dynamo` is imported: so the deferred marker calls the function
-as it is until then, and through the real `torch.compiler.disable(fn)` once Dynamo is loaded.
-It carries Dynamo's own `_torchdynamo_disable` flag, so a `torch.compile`d caller never inlines it.
+kernel-package imports of a warm process took 9.27 s with it, 4.43 s without). Disabling
+Dynamo for a function only matters while Dynamo runs, and Dynamo cannot run before
+`torch._dynamo` is imported: so the deferred marker calls the function as it is until then,
+and through the real `torch.compiler.disable(fn)` once Dynamo is loaded. It carries Dynamo's
+own `_torchdynamo_disable` flag, so a `torch.compile`d caller never inlines it.
 """
 
 from __future__ import annotations
