@@ -41,11 +41,27 @@ CHILD = textwrap.dedent(
 )
 
 
+def run_child(code: str, *args) -> str:
+    """Run `code` in a fresh interpreter (so imports start from nothing); its stdout, after checking it exited 0."""
+    done = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def tagged_lines(stdout: str) -> dict[str, str]:
+    """The child's `TAG value` lines, by tag."""
+    return dict(line.split(" ", 1) for line in stdout.splitlines() if " " in line)
+
+
+def plain_import(module_dir, module: str, expression: str) -> str:
+    """What `expression` prints after a plain (not deferred) import of `module` from `module_dir`."""
+    code = f"import sys; sys.path.insert(0, {str(module_dir)!r}); import {module}; print({expression})"
+    return run_child(code).strip()
+
+
 def test_the_import_builds_no_compiler_and_the_first_call_compiles(tmp_path):
     (tmp_path / "compiled_at_import.py").write_text(MODULE)
-    done = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    lines = tagged_lines(run_child(CHILD, tmp_path))
     assert lines["INDUCTOR_AFTER_IMPORT"] == "False False"  # a plain `import` would have built both
     assert lines["FRAMES_AFTER_FIRST_CALL"] == "1" and lines["FRAMES_AFTER_SECOND_CALL"] == "1"
 
@@ -53,11 +69,7 @@ def test_the_import_builds_no_compiler_and_the_first_call_compiles(tmp_path):
 def test_a_plain_import_of_the_same_module_does_build_the_compiler(tmp_path):
     """The control: what the deferral saves is real."""
     (tmp_path / "compiled_at_import.py").write_text(MODULE)
-    code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import compiled_at_import; "
-    code += "print('torch._dynamo' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "True"
+    assert plain_import(tmp_path, "compiled_at_import", "'torch._dynamo' in sys.modules") == "True"
 
 
 DISABLED_MODULE = textwrap.dedent(
@@ -108,11 +120,7 @@ def test_a_deferred_compiler_disable_imports_no_dynamo_and_still_disables_it_und
     """The deferred marker: no Dynamo (nor sympy) at import or in eager calls; a compiled caller still never traces
     into the function (Dynamo's own check of the flag), and the results match eager."""
     (tmp_path / "disabled_at_import.py").write_text(DISABLED_MODULE)
-    done = subprocess.run(
-        [sys.executable, "-c", DISABLED_CHILD, str(tmp_path)], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    lines = tagged_lines(run_child(DISABLED_CHILD, tmp_path))
     assert lines["DYNAMO_AFTER_IMPORT"] == "False" and lines["DYNAMO_AFTER_EAGER_CALLS"] == "False"
     assert lines["TRACED_INSIDE"] == "False"  # every call ran eagerly, as the real marker makes it
     assert lines["GRAPH_BREAKS"] == "True"
@@ -121,8 +129,5 @@ def test_a_deferred_compiler_disable_imports_no_dynamo_and_still_disables_it_und
 def test_a_plain_import_of_a_compiler_disable_does_import_dynamo(tmp_path):
     """The control: `@torch.compiler.disable` at import time loads TorchDynamo, which is what the deferral saves."""
     (tmp_path / "disabled_at_import.py").write_text(DISABLED_MODULE)
-    code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import disabled_at_import; "
-    code += "print('torch._dynamo' in sys.modules, 'sympy' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "True True"
+    loaded = plain_import(tmp_path, "disabled_at_import", "'torch._dynamo' in sys.modules, 'sympy' in sys.modules")
+    assert loaded == "True True"
