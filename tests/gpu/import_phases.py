@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -63,9 +62,7 @@ print('IMPORTS ' + json.dumps({'phases': phases, 'kernel_imports': kernel_import
 def run_once(variant: str) -> dict:
     """One fresh process of `variant`: its phases, what it loaded, and its import seconds by package."""
     start = time.time()
-    child = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", CHILD, variant], capture_output=True, text=True, env=os.environ
-    )
+    child = subprocess.run([sys.executable, "-X", "importtime", "-c", CHILD, variant], capture_output=True, text=True)
     total = time.time() - start
     if child.returncode != 0:
         sys.exit(f"{variant}: the child failed:\n{child.stderr[-3000:]}")

@@ -101,6 +101,7 @@ DISABLED_CHILD = textwrap.dedent(
     x = torch.arange(4.0)
     assert torch.equal(module.kernel_call(x), x * 3) and torch.equal(module.with_reason(x), x - 1)
     print("DYNAMO_AFTER_EAGER_CALLS", "torch._dynamo" in sys.modules)
+    print("SYMPY_AFTER_EAGER_CALLS", "sympy" in sys.modules)
     assert module.kernel_call.__name__ == "kernel_call"
 
     def outer(x):
@@ -118,10 +119,11 @@ DISABLED_CHILD = textwrap.dedent(
 
 def test_a_deferred_compiler_disable_imports_no_dynamo_and_still_disables_it_under_torch_compile(tmp_path):
     """The deferred marker: no Dynamo (nor sympy) at import or in eager calls; a compiled caller still never traces
-    into the function (Dynamo's own check of the flag), and the results match eager."""
+    into the function (the marker hands it to the real `torch.compiler.disable`), and the results match eager."""
     (tmp_path / "disabled_at_import.py").write_text(DISABLED_MODULE)
     lines = tagged_lines(run_child(DISABLED_CHILD, tmp_path))
     assert lines["DYNAMO_AFTER_IMPORT"] == "False" and lines["DYNAMO_AFTER_EAGER_CALLS"] == "False"
+    assert lines["SYMPY_AFTER_EAGER_CALLS"] == "False"
     assert lines["TRACED_INSIDE"] == "False"  # every call ran eagerly, as the real marker makes it
     assert lines["GRAPH_BREAKS"] == "True"
 
