@@ -12,8 +12,9 @@ that marker imports TorchDynamo, and with it sympy and parts of Inductor (on an 
 kernel-package imports of a warm process took 9.27 s with it, 4.43 s without). Disabling
 Dynamo for a function only matters while Dynamo runs, and Dynamo cannot run before
 `torch._dynamo` is imported: so the deferred marker calls the function as it is until then,
-and through the real `torch.compiler.disable(fn)` once Dynamo is loaded. It carries Dynamo's
-own `_torchdynamo_disable` flag, so a `torch.compile`d caller never inlines it.
+and through the real `torch.compiler.disable(fn)` once Dynamo is loaded, which is what keeps a
+`torch.compile`d caller out of it; Dynamo's own `_torchdynamo_disable` flag on the marker also
+spares Dynamo inlining the marker itself.
 """
 
 from __future__ import annotations
