@@ -12,12 +12,12 @@ import itertools
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from slime_flashqla.gdn import BACKENDS, get_chunk_gated_delta_rule
 from slime_flashqla.layers.config import GDNConfig
-from slime_flashqla.layers.ops import causal_conv1d_silu, rms_norm_gated
+from slime_flashqla.layers.ops import gdn_gates, rms_norm_gated, short_conv_silu
+from slime_flashqla.triton_ops.causal_conv1d import ProjectionLayout
 
 DEFAULT_BACKEND = "fla"
 
@@ -70,7 +70,8 @@ class _GatedDeltaNetBase(nn.Module):
         self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False, dtype=dtype)
         self.chunk_gated_delta_rule = get_chunk_gated_delta_rule(self.backend)
 
-    def _project(self, hidden_states):  # pragma: no cover - defined by subclasses
+    def _mix(self, hidden_states, cu_seqlens):  # pragma: no cover - defined by subclasses
+        """(q, k, v, z, b, a): q/k/v after the short conv, z, and the gates' inputs b and a."""
         raise NotImplementedError
 
     def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
@@ -82,24 +83,18 @@ class _GatedDeltaNetBase(nn.Module):
         if cu_seqlens is not None and hidden_states.shape[0] != 1:
             raise ValueError(f"with cu_seqlens hidden_states must be packed as B == 1, got B={hidden_states.shape[0]}")
         batch, tokens, _ = hidden_states.shape
-        mixed_qkv, z, b, a = self._project(hidden_states)
         if cu_seqlens is not None:
             # The conv reads cu_seqlens before the kernel does: check it here first, and hand
             # both the copy of the checked values (gdn/cu_seqlens.py says why).
             from slime_flashqla.gdn.inputs import checked_cu_seqlens
 
             cu_seqlens = checked_cu_seqlens(cu_seqlens, tokens)
-        mixed_qkv = causal_conv1d_silu(mixed_qkv, self.conv1d.weight, cu_seqlens)
-        query, key, value = torch.split(mixed_qkv, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        query = query.reshape(batch, tokens, self.num_k_heads, self.head_k_dim)
-        key = key.reshape(batch, tokens, self.num_k_heads, self.head_k_dim)
-        value = value.reshape(batch, tokens, self.num_v_heads, self.head_v_dim)
-        beta = b.sigmoid()
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
+        query, key, value, z, b, a = self._mix(hidden_states, cu_seqlens)
+        g, beta = gdn_gates(a, b, self.A_log, self.dt_bias)
         core, _ = self.chunk_gated_delta_rule(
-            query,
-            key,
-            value,
+            query.view(batch, tokens, self.num_k_heads, self.head_k_dim),
+            key.view(batch, tokens, self.num_k_heads, self.head_k_dim),
+            value.view(batch, tokens, self.num_v_heads, self.head_v_dim),
             g=g,
             beta=beta,
             initial_state=None,
@@ -107,9 +102,11 @@ class _GatedDeltaNetBase(nn.Module):
             use_qk_l2norm_in_kernel=True,
             cu_seqlens=cu_seqlens,
         )
-        z = z.reshape(batch, tokens, self.num_v_heads, self.head_v_dim)
-        core = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
-        return self.out_proj(core.reshape(batch, tokens, self.value_dim))
+        # Rows of (token, key head) holding `group` value heads: z's layout in both checkpoints,
+        # so the norm reads Qwen3-Next's z where the fused projection wrote it.
+        rows = (batch * tokens * self.num_k_heads, self.num_v_heads // self.num_k_heads, self.head_v_dim)
+        core = self.norm(core.reshape(rows), z.view(rows))
+        return self.out_proj(core.view(batch, tokens, self.value_dim))
 
 
 class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
@@ -121,27 +118,15 @@ class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
         self.in_proj_qkvz = nn.Linear(hidden, 2 * self.key_dim + 2 * self.value_dim, bias=False, dtype=dtype)
         self.in_proj_ba = nn.Linear(hidden, 2 * self.num_v_heads, bias=False, dtype=dtype)
 
-    def _project(self, hidden_states):
+    def _mix(self, hidden_states, cu_seqlens):
         batch, tokens, _ = hidden_states.shape
         group = self.num_v_heads // self.num_k_heads
-        # The checkpoint lays q, k, v, z out per key head: [Hk, (K, K, group*V, group*V)].
-        qkvz = self.in_proj_qkvz(hidden_states).view(
-            batch, tokens, self.num_k_heads, 2 * self.head_k_dim + 2 * group * self.head_v_dim
-        )
+        # The checkpoint lays q, k, v, z out per key head: [Hk, (K, K, group*V, group*V)], and
+        # b, a as [Hk, (group, group)]; the conv and the gates read them there.
+        layout = ProjectionLayout(self.num_k_heads, self.head_k_dim, group * self.head_v_dim, group * self.head_v_dim)
+        query, key, value, z = short_conv_silu(self.in_proj_qkvz(hidden_states), self.conv1d.weight, cu_seqlens, layout)
         ba = self.in_proj_ba(hidden_states).view(batch, tokens, self.num_k_heads, 2 * group)
-        q, k, v, z = torch.split(
-            qkvz, [self.head_k_dim, self.head_k_dim, group * self.head_v_dim, group * self.head_v_dim], dim=3
-        )
-        b, a = torch.split(ba, [group, group], dim=3)
-        mixed_qkv = torch.cat(
-            [q.reshape(batch, tokens, -1), k.reshape(batch, tokens, -1), v.reshape(batch, tokens, -1)], dim=-1
-        )
-        return (
-            mixed_qkv,
-            z.reshape(batch, tokens, self.value_dim),
-            b.reshape(batch, tokens, self.num_v_heads),
-            a.reshape(batch, tokens, self.num_v_heads),
-        )
+        return query, key, value, z, ba[..., :group], ba[..., group:]
 
 
 class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
@@ -155,13 +140,11 @@ class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
         self.in_proj_b = nn.Linear(hidden, self.num_v_heads, bias=False, dtype=dtype)
         self.in_proj_a = nn.Linear(hidden, self.num_v_heads, bias=False, dtype=dtype)
 
-    def _project(self, hidden_states):
-        return (
-            self.in_proj_qkv(hidden_states),
-            self.in_proj_z(hidden_states),
-            self.in_proj_b(hidden_states),
-            self.in_proj_a(hidden_states),
-        )
+    def _mix(self, hidden_states, cu_seqlens):
+        layout = ProjectionLayout(1, self.key_dim, self.value_dim)
+        query, key, value = short_conv_silu(self.in_proj_qkv(hidden_states), self.conv1d.weight, cu_seqlens, layout)
+        z = self.in_proj_z(hidden_states)
+        return query, key, value, z, self.in_proj_b(hidden_states), self.in_proj_a(hidden_states)
 
 
 def init_like_checkpoint(layer: _GatedDeltaNetBase, std: float = 0.02) -> None:

@@ -1,4 +1,4 @@
-"""The short causal convolution and gated RMSNorm: this package's Triton kernels on CUDA, PyTorch otherwise.
+"""The GDN layer's short convolution, gates and gated RMSNorm: this package's Triton kernels on CUDA, PyTorch otherwise.
 
 On CUDA they are slime_flashqla.triton_ops' fixed-launch kernels, not FLA's: FLA's gated norm
 autotunes per bucket of pack sizes (a stall at every new bucket of an RL stream), and
@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from slime_flashqla import triton_ops  # imports no triton: its kernels load on first call
+from slime_flashqla.triton_ops.causal_conv1d import ProjectionLayout
 
 
 def use_triton_ops(x: torch.Tensor) -> bool:
@@ -39,6 +40,41 @@ def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=None) -
     if use_triton_ops(x):
         return triton_ops.causal_conv1d_silu(x, weight, cu_seqlens)
     return causal_conv1d_silu_torch(x, weight, cu_seqlens)
+
+
+def short_conv_silu_torch(proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout):
+    """(q, k, v[, z]) of a projection laid out as `layout`: q/k/v gathered, conv'd and split; z a view."""
+    b, t, _ = proj.shape
+    groups = proj.view(b, t, layout.groups, layout.group_width)
+    qw, vw = layout.q_width, layout.v_width
+    starts = (0, qw, 2 * qw)
+    parts = [groups[..., s : s + w].reshape(b, t, -1) for s, w in zip(starts, (qw, qw, vw), strict=True)]
+    y = causal_conv1d_silu_torch(torch.cat(parts, dim=-1), weight, cu_seqlens)
+    q, k, v = torch.split(y, layout.section_widths, dim=-1)
+    if not layout.z_width:
+        return q, k, v
+    return q, k, v, groups[..., layout.group_width - layout.z_width :]
+
+
+def short_conv_silu(proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout):
+    """(q, k, v[, z]) of a GDN projection: the short conv read in place, this package's Triton kernels on CUDA."""
+    if use_triton_ops(proj):
+        return triton_ops.short_conv_silu(proj, weight, cu_seqlens, layout)
+    return short_conv_silu_torch(proj, weight, cu_seqlens, layout)
+
+
+def gdn_gates_torch(a, b, A_log, dt_bias):
+    """(g, beta) as slime's and Hugging Face's layers compute them: g in float32, beta in b's dtype."""
+    shape = (*a.shape[:2], -1)
+    g = -A_log.float().exp() * F.softplus(a.reshape(shape).float() + dt_bias.float())
+    return g, b.reshape(shape).sigmoid()
+
+
+def gdn_gates(a, b, A_log, dt_bias):
+    """(g float32, beta) from the b/a projections ([B, T, H] or [B, T, Hk, H/Hk]); one fused kernel on CUDA."""
+    if use_triton_ops(a):
+        return triton_ops.gdn_gates(a, b, A_log, dt_bias)
+    return gdn_gates_torch(a, b, A_log, dt_bias)
 
 
 def rms_norm_gated_torch(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -1,37 +1,101 @@
 """Depthwise causal conv1d + SiLU with autograd (dx, dweight), restarting at every cu_seqlens boundary.
 
+Two entry points on the same kernels:
+- `causal_conv1d_silu(x, weight, cu_seqlens)`: x [B, T, D] -> y [B, T, D].
+- `short_conv_silu(proj, weight, cu_seqlens, layout)`: the GDN layers' short convolution read
+  straight out of the input projection's output, whatever its column layout (`ProjectionLayout`):
+  returns q, k, v as dense tensors (and z as a view of `proj`), and its backward writes one
+  gradient for the whole projection output. No gathered copy of q/k/v is made in either pass.
+
 Each token's sequence comes from a binary search over cu_seqlens inside the kernels, so
-nothing is read back to the host (FLA's varlen path builds its chunk indices with a
-.tolist()). Rounding follows `causal_conv1d_silu_torch` (layers/ops.py): the conv output
-is rounded to x's dtype, as F.conv1d's output tensor is, before the float32 SiLU; FLA
-applies SiLU to the float32 sum and rounds once. Gradients are float32 sums cast once.
+nothing is read back to the host. Rounding follows `causal_conv1d_silu_torch` (layers/ops.py):
+the conv output is rounded to x's dtype, as F.conv1d's output tensor is, before the float32
+SiLU. cu_seqlens is trusted as the caller checked it (the layers run gdn.inputs'
+checked_cu_seqlens first): checking its values here would need a host sync.
 
-cu_seqlens is trusted as the caller checked it (layers/gated_deltanet.py runs
-gdn.inputs.check_cu_seqlens first): checking its values here would need a host sync.
-
-dweight: each backward program writes a float32 partial [D, W] for its tokens, summed by
-torch afterwards: no atomics, deterministic for a given token count.
+The backward is two passes: the first recomputes the conv, writes dpre = dy * silu'(pre) and
+reduces dweight, the second turns dpre into dx. dweight: each program writes a float32 partial
+[D, W] for its tokens, summed by torch afterwards: no atomics, deterministic for a token count.
 """
 
 from __future__ import annotations
 
 import functools
+import math
+from dataclasses import dataclass
 
 import torch
 
 from slime_flashqla.triton_ops._host import cdiv, check_float, next_power_of_2, on_tensor_device
 
-# Forward: a 64-token x 128-channel tile (256 contiguous bytes of bf16 a row) over 8 warps
-# is 32 float32 accumulators a thread; the W-1 halo tokens are re-read from L1/L2, 5% of
-# the tile. Backward recomputes the conv at W shifted token sets, so its tiles are
-# 32 x 128 over 4 warps, and a program walks 4 of them (128 tokens) so that the float32
-# dweight partials stay at 1/16 of x's bf16 bytes (32 MiB at 32768 tokens of D=8192)
-# while 4096 tokens still give 2048 programs at D=8192. Left alone, ptxas gives the backward
-# all 255 registers (2 programs, 8 warps an SM); compiled for sm_90 it fits in 128 with no
-# spills, so it is capped there: 4 programs, 16 warps an SM.
-FWD_BT, FWD_BD, FWD_WARPS = 64, 128, 8
-BWD_BT, BWD_BD, BWD_TILES, BWD_WARPS, BWD_MAX_REGISTERS = 32, 128, 4, 4, 128
 MAX_WIDTH = 8
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One kernel's fixed launch: BT tokens x BD channels a tile, TILES tiles a program, warps."""
+
+    bt: int
+    bd: int
+    tiles: int
+    warps: int
+
+
+# Fixed launches: no autotuning, so a process compiles each (dtype, layout, W) once.
+# Chosen by tests/gpu/conv_tune.py on an H200 (docs/benchmarks.md has the run).
+FORWARD = LaunchConfig(bt=64, bd=128, tiles=1, warps=8)
+BACKWARD_DPRE = LaunchConfig(bt=32, bd=128, tiles=4, warps=4)
+BACKWARD_DX = LaunchConfig(bt=64, bd=128, tiles=1, warps=8)
+# dpre kept in float32 between the two backward passes, so dx rounds once as the reference does.
+DPRE_FLOAT32 = True
+
+
+@dataclass(frozen=True)
+class ProjectionLayout:
+    """Where the conv's q, k, v channels (and z) sit in a projection's last dim.
+
+    `groups` groups follow each other, each holding q (q_width columns), k (q_width), v
+    (v_width) and then z (z_width) columns. The conv's channels are all groups' q, then all
+    k, then all v: the order of nn.Conv1d's weight in the checkpoints.
+    """
+
+    groups: int
+    q_width: int
+    v_width: int
+    z_width: int = 0
+
+    @classmethod
+    def plain(cls, channels: int) -> ProjectionLayout:
+        """A [B, T, D] tensor whose D channels are all the conv's (one section, no z)."""
+        return cls(groups=1, q_width=0, v_width=channels)
+
+    @property
+    def group_width(self) -> int:
+        return 2 * self.q_width + self.v_width + self.z_width
+
+    @property
+    def width(self) -> int:
+        """Columns of the projection this layout describes."""
+        return self.groups * self.group_width
+
+    @property
+    def channels(self) -> int:
+        """The conv's channels: q, k and v of every group."""
+        return self.groups * (2 * self.q_width + self.v_width)
+
+    @property
+    def section_widths(self) -> tuple[int, ...]:
+        """Channels of each dense output: (q, k, v), or (D,) for a plain tensor."""
+        if self.q_width == 0:
+            return (self.groups * self.v_width,)
+        return (self.groups * self.q_width,) * 2 + (self.groups * self.v_width,)
+
+    def block_size(self, preferred: int) -> int:
+        """The largest power of two <= preferred that divides every section of every group."""
+        if self.q_width == 0 and self.groups == 1:
+            return preferred  # one section: a partial last block is masked
+        unit = math.gcd(self.q_width, self.v_width)
+        return min(preferred, unit & -unit)
 
 
 @functools.cache
@@ -41,21 +105,24 @@ def _kernels():
     return causal_conv1d
 
 
-def _check(x, weight, cu_seqlens):
-    op = "causal_conv1d_silu"
+def _width_of(weight: torch.Tensor, op: str) -> int:
+    if weight.dim() == 3 and weight.shape[1] == 1:
+        return weight.shape[2]
+    if weight.dim() == 2:
+        return weight.shape[1]
+    raise ValueError(f"{op}: weight must be [D, 1, W] (nn.Conv1d's) or [D, W], got {tuple(weight.shape)}")
+
+
+def _check(x, weight, cu_seqlens, layout: ProjectionLayout, op: str) -> int:
     check_float("x", x, op)
     check_float("weight", weight, op)
     if x.dim() != 3:
         raise ValueError(f"{op}: x must be [B, T, D], got shape {tuple(x.shape)}")
-    d = x.shape[-1]
-    if weight.dim() == 3 and weight.shape[1] == 1:
-        width = weight.shape[2]
-    elif weight.dim() == 2:
-        width = weight.shape[1]
-    else:
-        raise ValueError(f"{op}: weight must be [D, 1, W] (nn.Conv1d's) or [D, W], got {tuple(weight.shape)}")
-    if weight.shape[0] != d:
-        raise ValueError(f"{op}: weight has {weight.shape[0]} channels but x has D={d}")
+    if x.shape[-1] != layout.width:
+        raise ValueError(f"{op}: the input has {x.shape[-1]} columns but its layout describes {layout.width}")
+    width = _width_of(weight, op)
+    if weight.shape[0] != layout.channels:
+        raise ValueError(f"{op}: weight has {weight.shape[0]} channels but the input has {layout.channels}")
     if not 1 <= width <= MAX_WIDTH:
         raise ValueError(f"{op}: the kernel width must be 1..{MAX_WIDTH}, got {width}")
     if weight.device != x.device:
@@ -73,110 +140,141 @@ def _check(x, weight, cu_seqlens):
     return width
 
 
-def _launch_args(x, weight, cu_seqlens):
-    """(x with unit channel stride, weight strides, cu_seqlens or a dummy pointer, sequence count, search steps)."""
-    if x.stride(-1) != 1:
-        x = x.contiguous()
-    sw_d, sw_w = weight.stride(0), weight.stride(-1)
-    if cu_seqlens is None:
-        return x, (sw_d, sw_w), x, 1, 0
-    n_seqs = cu_seqlens.numel() - 1
-    return x, (sw_d, sw_w), cu_seqlens, n_seqs, n_seqs.bit_length()
-
-
 def _batch_stride(t):
     # B == 1 (every packed call) passes 0, so a huge T * D never turns the argument int64
     # and recompiles the kernel.
     return t.stride(0) if t.shape[0] > 1 else 0
 
 
-def _forward(x, weight, cu_seqlens, width):
-    b, t, d = x.shape
-    y = torch.empty((b, t, d), dtype=x.dtype, device=x.device)
-    if y.numel():
-        x, (sw_d, sw_w), cu, n_seqs, n_iter = _launch_args(x, weight, cu_seqlens)
-        grid = (cdiv(d, FWD_BD), cdiv(t, FWD_BT), b)
-        _kernels().causal_conv1d_silu_fwd_kernel[grid](
-            x,
-            weight,
-            y,
-            cu,
-            t,
-            n_seqs,
-            n_iter,
-            _batch_stride(x),
-            x.stride(1),
-            sw_d,
-            sw_w,
-            D=d,
-            W=width,
-            BT=FWD_BT,
-            BD=FWD_BD,
-            VARLEN=cu_seqlens is not None,
-            num_warps=FWD_WARPS,
-        )
-    return y
+def _varlen_args(x, cu_seqlens):
+    """(cu_seqlens or a dummy pointer, sequence count, binary-search steps)."""
+    if cu_seqlens is None:
+        return x, 1, 0
+    n_seqs = cu_seqlens.numel() - 1
+    return cu_seqlens, n_seqs, n_seqs.bit_length()
 
 
-def _backward(x, weight, cu_seqlens, width, dy):
-    b, t, d = x.shape
-    dx = torch.empty((b, t, d), dtype=x.dtype, device=x.device)
-    token_blocks = cdiv(t, BWD_BT * BWD_TILES)
-    dw_partial = torch.zeros((b * token_blocks, d, width), dtype=torch.float32, device=x.device)
-    if dx.numel():
-        x, (sw_d, sw_w), cu, n_seqs, n_iter = _launch_args(x, weight, cu_seqlens)
-        if dy.stride(-1) != 1:
-            dy = dy.contiguous()
-        grid = (cdiv(d, BWD_BD), token_blocks, b)
-        _kernels().causal_conv1d_silu_bwd_kernel[grid](
-            x,
-            weight,
-            dy,
-            dx,
-            dw_partial,
-            cu,
-            t,
-            n_seqs,
-            n_iter,
-            _batch_stride(x),
-            x.stride(1),
-            _batch_stride(dy),
-            dy.stride(1),
-            sw_d,
-            sw_w,
-            D=d,
-            W=width,
-            BW=next_power_of_2(width),
-            BT=BWD_BT,
-            BD=BWD_BD,
-            TILES=BWD_TILES,
-            VARLEN=cu_seqlens is not None,
-            num_warps=BWD_WARPS,
-            maxnreg=BWD_MAX_REGISTERS,
-        )
-    return dx, dw_partial.sum(0).view(weight.shape).to(weight.dtype)
+def _section_args(tensors):
+    """Pointers and (batch, token) strides of the three sections (a plain tensor fills all three)."""
+    q, k, v = tensors if len(tensors) == 3 else tensors * 3
+    return (q, k, v), (_batch_stride(q), q.stride(1), _batch_stride(k), k.stride(1), _batch_stride(v), v.stride(1))
 
 
-class CausalConv1dSilu(torch.autograd.Function):
-    """silu(causal depthwise conv1d(x, weight)) per packed sequence, with dx and dweight."""
+def _layout_constants(layout: ProjectionLayout, width: int, bd: int) -> dict:
+    return {"D": layout.channels, "W": width, "G": layout.groups, "QW": layout.q_width, "VW": layout.v_width, "BD": bd}
+
+
+def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int):
+    """The sections' dense outputs (q, k, v) or (y,), each [B, T, section channels]."""
+    b, t, _ = x.shape
+    outputs = tuple(torch.empty((b, t, n), dtype=x.dtype, device=x.device) for n in layout.section_widths)
+    if b * t:
+        cfg = FORWARD
+        bd = layout.block_size(cfg.bd)
+        cu, n_seqs, n_iter = _varlen_args(x, cu_seqlens)
+        (yq, yk, yv), strides = _section_args(outputs)
+        grid = (cdiv(layout.channels, bd), cdiv(t, cfg.bt * cfg.tiles), b)
+        _kernels().short_conv_fwd_kernel[grid](
+            x, weight, yq, yk, yv, cu, t, n_seqs, n_iter, layout.group_width, _batch_stride(x), x.stride(1),
+            *strides, weight.stride(0), weight.stride(-1),
+            **_layout_constants(layout, width, bd), BT=cfg.bt, TILES=cfg.tiles,
+            VARLEN=cu_seqlens is not None, num_warps=cfg.warps,
+        )  # fmt: skip
+    return outputs
+
+
+def _backward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, grads):
+    """(dx shaped like x, dense; dweight in weight's dtype and shape) from the sections' gradients."""
+    b, t, _ = x.shape
+    d = layout.channels
+    dx = torch.empty((b, t, layout.width), dtype=x.dtype, device=x.device)
+    p1, p2 = BACKWARD_DPRE, BACKWARD_DX
+    token_blocks = cdiv(t, p1.bt * p1.tiles)
+    dw_partial = torch.empty((b * token_blocks, d, width), dtype=torch.float32, device=x.device)
+    if b * t:
+        cu, n_seqs, n_iter = _varlen_args(x, cu_seqlens)
+        grads = tuple(g if g.stride(-1) == 1 else g.contiguous() for g in grads)
+        (dq, dk, dv), strides = _section_args(grads)
+        dpre = torch.empty((b, t, d), dtype=torch.float32 if DPRE_FLOAT32 else x.dtype, device=x.device)
+        common = (cu, t, n_seqs, n_iter, layout.group_width)
+        bd1 = layout.block_size(p1.bd)
+        _kernels().short_conv_bwd_dpre_kernel[(cdiv(d, bd1), token_blocks, b)](
+            x, weight, dq, dk, dv, dpre, dw_partial, *common, _batch_stride(x), x.stride(1), *strides,
+            weight.stride(0), weight.stride(-1), **_layout_constants(layout, width, bd1),
+            BW=next_power_of_2(width), BT=p1.bt, TILES=p1.tiles, VARLEN=cu_seqlens is not None, num_warps=p1.warps,
+        )  # fmt: skip
+        bd2 = layout.block_size(p2.bd)
+        _kernels().short_conv_bwd_dx_kernel[(cdiv(d, bd2), cdiv(t, p2.bt * p2.tiles), b)](
+            dpre, weight, dx, *common, _batch_stride(dx), dx.stride(1), weight.stride(0), weight.stride(-1),
+            **_layout_constants(layout, width, bd2), BT=p2.bt, TILES=p2.tiles,
+            VARLEN=cu_seqlens is not None, num_warps=p2.warps,
+        )  # fmt: skip
+    dweight = dw_partial.sum(0) if b * t else dw_partial.new_zeros((d, width))
+    return dx, dweight.view(weight.shape).to(weight.dtype)
+
+
+def _z_view(proj: torch.Tensor, layout: ProjectionLayout) -> torch.Tensor:
+    """z's columns of every group, as a [B, T, groups, z_width] view of the projection."""
+    b, t, _ = proj.shape
+    return proj.view(b, t, layout.groups, layout.group_width)[..., layout.group_width - layout.z_width :]
+
+
+class ShortConvSilu(torch.autograd.Function):
+    """silu(causal depthwise conv1d) of the q/k/v columns of a projection, with z passed through as a view."""
 
     @staticmethod
-    def forward(ctx, x, weight, cu_seqlens, width):
-        ctx.save_for_backward(x, weight, cu_seqlens)
-        ctx.width = width
-        return _forward(x, weight, cu_seqlens, width)
+    def forward(ctx, proj, weight, cu_seqlens, layout, width):
+        ctx.save_for_backward(proj, weight, cu_seqlens)
+        ctx.layout, ctx.width = layout, width
+        outputs = _forward(proj, weight, cu_seqlens, layout, width)
+        if layout.z_width:
+            outputs = (*outputs, _z_view(proj, layout))
+        return outputs
 
     @staticmethod
-    def backward(ctx, dy):
-        x, weight, cu_seqlens = ctx.saved_tensors
-        dx, dw = _backward(x, weight, cu_seqlens, ctx.width, dy)
-        return dx, dw, None, None
+    def backward(ctx, *grads):
+        proj, weight, cu_seqlens = ctx.saved_tensors
+        layout = ctx.layout
+        sections = len(layout.section_widths)
+        conv_grads = tuple(
+            g if g is not None else torch.zeros((*proj.shape[:2], n), dtype=proj.dtype, device=proj.device)
+            for g, n in zip(grads[:sections], layout.section_widths, strict=True)
+        )
+        dproj, dweight = _backward(proj, weight, cu_seqlens, layout, ctx.width, conv_grads)
+        if layout.z_width:
+            dz = grads[sections]
+            target = _z_view(dproj, layout)
+            if dz is None:
+                target.zero_()
+            else:
+                target.copy_(dz)
+        return dproj, dweight, None, None, None
+
+
+def _apply(x, weight, cu_seqlens, layout, op):
+    width = _check(x, weight, cu_seqlens, layout, op)
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return ShortConvSilu.apply(x, weight, cu_seqlens, layout, width)
+    outputs = _forward(x, weight, cu_seqlens, layout, width)
+    return (*outputs, _z_view(x, layout)) if layout.z_width else outputs
 
 
 @on_tensor_device
 def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
     """silu(depthwise causal conv1d) of x [B, T, D] with weight [D, 1, W], restarting at cu_seqlens (B == 1)."""
-    width = _check(x, weight, cu_seqlens)
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return CausalConv1dSilu.apply(x, weight, cu_seqlens, width)
-    return _forward(x, weight, cu_seqlens, width)
+    if x.dim() != 3:
+        raise ValueError(f"causal_conv1d_silu: x must be [B, T, D], got shape {tuple(x.shape)}")
+    (y,) = _apply(x, weight, cu_seqlens, ProjectionLayout.plain(x.shape[-1]), "causal_conv1d_silu")
+    return y
+
+
+@on_tensor_device
+def short_conv_silu(
+    proj: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.Tensor | None, layout: ProjectionLayout
+) -> tuple[torch.Tensor, ...]:
+    """(q, k, v[, z]) of a GDN layer's projection [B, T, layout.width]: q/k/v conv'd and dense, z a view."""
+    if layout.q_width == 0:
+        raise ValueError("short_conv_silu: the layout has no q/k columns (use causal_conv1d_silu)")
+    return _apply(proj, weight, cu_seqlens, layout, "short_conv_silu")

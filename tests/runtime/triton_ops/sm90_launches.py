@@ -35,24 +35,43 @@ def main() -> None:
         sys.exit(3)
     from slime_flashqla.triton_ops import _host, causal_conv1d, l2norm
 
-    # The package's `rms_norm_gated` is the function; the module comes by a from-import.
+    # The package's `gdn_gates` and `rms_norm_gated` are the functions; their modules by from-imports.
+    from slime_flashqla.triton_ops.gdn_gates import _backward as gates_backward
+    from slime_flashqla.triton_ops.gdn_gates import _forward as gates_forward
     from slime_flashqla.triton_ops.rms_norm_gated import _backward as norm_backward
     from slime_flashqla.triton_ops.rms_norm_gated import _forward as norm_forward
 
     captured = []
+    label = [""]
 
     def capture(self, *args, grid, warmup, **kwargs):
-        captured.append((self, args, kwargs))
+        captured.append((self, label[0], args, kwargs))
 
     jit.JITFunction.run = capture
     _host.interpreting = lambda: True  # let the host functions take CPU tensors; nothing launches
 
+    # Qwen3-Next's fused projection at 16/32 heads of 128 (q, k, v, z per key head) and
+    # Qwen3.5's [q | k | v] projection: the layers' two layouts besides a plain tensor.
+    next_layout = causal_conv1d.ProjectionLayout(16, 128, 256, 256)
+    flat_layout = causal_conv1d.ProjectionLayout(1, 2048, 4096)
     for tokens in TOKEN_COUNTS:
         mixed = torch.randn(1, tokens, 3 * 2048, dtype=torch.bfloat16)
-        weight = torch.randn(3 * 2048, 1, 4, dtype=torch.bfloat16)
         cu = torch.tensor([0, tokens], dtype=torch.int32)
-        causal_conv1d._forward(mixed, weight, cu, 4)
-        causal_conv1d._backward(mixed, weight, cu, 4, torch.randn_like(mixed))
+        plain = causal_conv1d.ProjectionLayout.plain(3 * 2048)
+        for name, layout, x in (
+            ("", plain, mixed),
+            ("[qwen3-next]", next_layout, torch.randn(1, tokens, next_layout.width, dtype=torch.bfloat16)),
+            ("[qwen3.5]", flat_layout, torch.randn(1, tokens, flat_layout.width, dtype=torch.bfloat16)),
+        ):
+            label[0] = name
+            w = torch.randn(layout.channels, 1, 4, dtype=torch.bfloat16)
+            outputs = causal_conv1d._forward(x, w, cu, layout, 4)
+            causal_conv1d._backward(x, w, cu, layout, 4, tuple(torch.randn_like(o) for o in outputs))
+        label[0] = ""
+        ba = torch.randn(1, tokens, 16, 4, dtype=torch.bfloat16)
+        a_log, dt_bias = torch.randn(32, dtype=torch.bfloat16), torch.randn(32, dtype=torch.bfloat16)
+        g, beta = gates_forward(ba[..., 2:], ba[..., :2], a_log, dt_bias, 32)
+        gates_backward(ba[..., 2:], beta, a_log, dt_bias, torch.randn_like(g), torch.randn_like(beta), 32, beta.dtype)
         q = mixed[..., :2048].reshape(1, tokens, 16, 128)
         # Also `tokens` rows as one 2-D tensor, so row counts of 1 and odd ones come up too.
         for x in (q, torch.randn(tokens, 128, dtype=torch.bfloat16)):
@@ -68,12 +87,12 @@ def main() -> None:
     backend = make_backend(target)
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     report = {}
-    for fn, args, kwargs in captured:
+    for fn, name, args, kwargs in captured:
         kwargs = {"debug": False, **kwargs}
         binder = create_binder(fn.signature, fn.params, backend)
         bound_args, specialization, options = binder(*args, **kwargs)
         options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound_args, specialization, options)
-        entry = report.setdefault(fn.__name__, {"specialisations": []})
+        entry = report.setdefault(fn.__name__ + name, {"specialisations": []})
         key = repr((sorted(signature.items()), sorted(constexprs.items()), sorted(attrs.items()), options))
         if key in entry["specialisations"]:
             continue

@@ -7,6 +7,7 @@ import torch
 
 from slime_flashqla import triton_ops
 from slime_flashqla.triton_ops.causal_conv1d import _kernels as conv_kernels
+from slime_flashqla.triton_ops.gdn_gates import _kernels as gates_kernels
 from slime_flashqla.triton_ops.l2norm import _kernels as l2norm_kernels
 from slime_flashqla.triton_ops.rms_norm_gated import _kernels as norm_kernels
 
@@ -16,35 +17,45 @@ pytestmark = pytest.mark.gpu
 TOKEN_COUNTS = (1, 17, 4096, 5003, 70000)
 
 
+# Qwen3-Next's fused projection at 16/32 heads of 128: [q, k, v (2 heads), z (2 heads)] per key head.
+LAYOUT = triton_ops.ProjectionLayout(16, 128, 256, 256)
+
+
 def _inputs(tokens: int, dtype=torch.bfloat16) -> dict:
-    """GDN-layer shapes at `tokens` tokens: conv over q/k/v of 16/32 heads of 128, three packed sequences."""
+    """GDN-layer shapes at `tokens` tokens: 16/32 heads of 128, three packed sequences."""
     dev = "cuda"
     lengths = [tokens] if tokens < 3 else [1, 2, tokens - 3]
     return {
         "cu": cu_seqlens_of(lengths, device=dev),
-        "x": torch.randn(1, tokens, 3 * 2048, device=dev, dtype=dtype, requires_grad=True),
-        "w": torch.randn(3 * 2048, 1, 4, device=dev, dtype=dtype, requires_grad=True),
-        "gate": torch.randn(tokens * 16, 128, device=dev, dtype=dtype, requires_grad=True),
+        "proj": torch.randn(1, tokens, LAYOUT.width, device=dev, dtype=dtype, requires_grad=True),
+        "ba": torch.randn(1, tokens, 16, 4, device=dev, dtype=dtype, requires_grad=True),
+        "w": torch.randn(LAYOUT.channels, 1, 4, device=dev, dtype=dtype, requires_grad=True),
+        "A_log": torch.randn(32, device=dev, dtype=dtype, requires_grad=True),
+        "dt_bias": torch.randn(32, device=dev, dtype=dtype, requires_grad=True),
         "weight": torch.ones(128, device=dev, dtype=dtype, requires_grad=True),
     }
 
 
 def _step(inp: dict) -> None:
     """One forward + backward of each op, the way the layer chains them."""
-    tokens = inp["x"].shape[1]
-    mixed = triton_ops.causal_conv1d_silu(inp["x"], inp["w"], inp["cu"])
-    q = mixed[..., :2048].reshape(1, tokens, 16, 128)
-    y, rstd = triton_ops.l2norm_fwd(q)
+    tokens = inp["proj"].shape[1]
+    q, _, v, z = triton_ops.short_conv_silu(inp["proj"], inp["w"], inp["cu"], LAYOUT)
+    g, beta = triton_ops.gdn_gates(inp["ba"][..., 2:], inp["ba"][..., :2], inp["A_log"], inp["dt_bias"])
+    y, rstd = triton_ops.l2norm_fwd(q.view(1, tokens, 16, 128))
     dq = triton_ops.l2norm_bwd(y, rstd, torch.ones_like(y))
-    core = mixed[..., 2048:4096].reshape(-1, 128)
-    out = triton_ops.rms_norm_gated(core, inp["gate"], inp["weight"], 1e-6)
-    torch.autograd.backward([out, mixed[..., :2048]], [torch.ones_like(out), dq.reshape(1, tokens, 2048)])
+    rows = (tokens * 16, 2, 128)
+    out = triton_ops.rms_norm_gated(v.view(rows), z.view(rows), inp["weight"], 1e-6)
+    grads = [torch.ones_like(out), dq.reshape(1, tokens, 2048), torch.ones_like(g), torch.ones_like(beta)]
+    torch.autograd.backward([out, q, g, beta], grads)
 
 
 def _kernels():
     return [
-        conv_kernels().causal_conv1d_silu_fwd_kernel,
-        conv_kernels().causal_conv1d_silu_bwd_kernel,
+        conv_kernels().short_conv_fwd_kernel,
+        conv_kernels().short_conv_bwd_dpre_kernel,
+        conv_kernels().short_conv_bwd_dx_kernel,
+        gates_kernels().gdn_gates_fwd_kernel,
+        gates_kernels().gdn_gates_bwd_kernel,
         l2norm_kernels().l2norm_fwd_kernel,
         l2norm_kernels().l2norm_bwd_kernel,
         norm_kernels().rms_norm_gated_fwd_kernel,

@@ -12,9 +12,11 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 RUNTIME = HERE.parents[2] / "runtime"
+CONV_KERNELS = ("short_conv_fwd_kernel", "short_conv_bwd_dpre_kernel", "short_conv_bwd_dx_kernel")
 KERNELS = {
-    "causal_conv1d_silu_fwd_kernel",
-    "causal_conv1d_silu_bwd_kernel",
+    *(f"{name}{layout}" for name in CONV_KERNELS for layout in ("", "[qwen3-next]", "[qwen3.5]")),
+    "gdn_gates_fwd_kernel",
+    "gdn_gates_bwd_kernel",
     "l2norm_fwd_kernel",
     "l2norm_bwd_kernel",
     "rms_norm_gated_fwd_kernel",

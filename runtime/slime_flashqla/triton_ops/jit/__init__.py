@@ -6,7 +6,7 @@ must be set before that first call to take effect.
 
 import importlib
 
-MODULES = ("causal_conv1d", "l2norm", "rms_norm_gated")
+MODULES = ("causal_conv1d", "gdn_gates", "l2norm", "rms_norm_gated")
 
 
 def load_all() -> None:

@@ -1,4 +1,11 @@
-"""Depthwise causal conv1d + SiLU kernels over [B, T, D], restarting at packed-sequence boundaries."""
+"""Depthwise causal conv1d + SiLU kernels over packed tokens, reading q/k/v where the projection wrote them.
+
+Channels come in three sections, q, k and v (the conv weight's order). The input holds them
+in G groups S columns apart, each group's q, k and v widths QW, QW and VW (Qwen3-Next's fused
+projection lays them out per key head; Qwen3.5's and a plain [B, T, D] tensor are one group):
+`_block_column` finds where a BD-channel block starts, so no gathered copy is ever made. The
+forward writes each section to its own dense tensor, the tensors the GDN kernel takes.
+"""
 
 import triton
 import triton.language as tl
@@ -20,119 +27,238 @@ def _sequence_bounds(cu_seqlens, o_t, n_seqs, n_iter):
 
 
 @triton.jit
-def _silu_input(x_b, w, o_u, m_u, bos, o_d, m_d, T, sx_t, sw_d, sw_w, W: tl.constexpr, dtype: tl.constexpr):
-    """The conv output at tokens o_u in float32, rounded through x's dtype as F.conv1d's output is."""
-    acc = tl.zeros((o_u.shape[0], o_d.shape[0]), dtype=tl.float32)
+def _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN: tl.constexpr):
+    if VARLEN:
+        bos, eos = _sequence_bounds(cu_seqlens, o_t, n_seqs, n_iter)
+    else:
+        bos, eos = tl.zeros_like(o_t), tl.zeros_like(o_t) + T
+    return bos, eos
+
+
+@triton.jit
+def _block_column(i_d, S, G: tl.constexpr, QW: tl.constexpr, VW: tl.constexpr, BD: tl.constexpr):
+    """The input column where channel block i_d starts (blocks never straddle a group's section)."""
+    c = i_d * BD
+    if QW > 0:
+        if c < 2 * G * QW:
+            section = c // (G * QW)
+            r = c - section * (G * QW)
+            group = r // QW
+            col = group * S + section * QW + (r - group * QW)
+        else:
+            r = c - 2 * G * QW
+            group = r // VW
+            col = group * S + 2 * QW + (r - group * VW)
+    else:
+        group = c // VW
+        col = group * S + (c - group * VW)
+    return col
+
+
+@triton.jit
+def _section(i_d, q, k, v, sq_b, sq_t, sk_b, sk_t, sv_b, sv_t, NQ: tl.constexpr, BD: tl.constexpr):
+    """(pointer to block i_d's first channel, batch stride, token stride) in its own section's tensor."""
+    c = i_d * BD
+    if c < NQ:
+        p, s_b, s_t = q + c, sq_b, sq_t
+    elif c < 2 * NQ:
+        p, s_b, s_t = k + (c - NQ), sk_b, sk_t
+    else:
+        p, s_b, s_t = v + (c - 2 * NQ), sv_b, sv_t
+    return p, s_b, s_t
+
+
+@triton.jit
+def _conv(x_t0, w, o_l, o_t, m_t, bos, o_d, m_d, o_c, sx_t, sw_d, sw_w, W: tl.constexpr):
+    """sum_k w[k] x[t - (W-1) + k] over the token's own sequence, in float32, for tokens o_t.
+
+    x_t0 points at the tile's first token; rows are addressed by int32 offsets from it (o_l
+    local rows), which keeps per-element addresses out of the registers.
+    """
+    acc = tl.zeros((o_t.shape[0], o_c.shape[0]), dtype=tl.float32)
     for k in tl.static_range(W):
-        o_s = o_u - (W - 1) + k
-        m_s = m_u & (o_s >= bos) & (o_s >= 0) & (o_s < T)
+        m_s = m_t & (o_t - (W - 1) + k >= bos)
         b_w = tl.load(w + o_d * sw_d + k * sw_w, mask=m_d, other=0.0).to(tl.float32)
-        p_x = x_b + o_s.to(tl.int64)[:, None] * sx_t + o_d[None, :]
-        b_x = tl.load(p_x, mask=m_s[:, None] & m_d[None, :], other=0.0).to(tl.float32)
-        acc += b_x * b_w[None, :]
-    return acc.to(dtype).to(tl.float32)
+        p_x = x_t0 + (o_l - (W - 1) + k)[:, None] * sx_t + o_c[None, :]
+        acc += tl.load(p_x, mask=m_s[:, None] & m_d[None, :], other=0.0).to(tl.float32) * b_w[None, :]
+    return acc
 
 
 # Token counts, sequence counts and the search length are not specialised: one compile per
-# (dtype, D, W, varlen or not) serves every pack.
+# (dtype, layout, W, varlen or not) serves every pack.
 @triton.jit(do_not_specialize=["T", "n_seqs", "n_iter"])
-def causal_conv1d_silu_fwd_kernel(
+def short_conv_fwd_kernel(
     x,
     w,
-    y,
+    yq,
+    yk,
+    yv,
     cu_seqlens,
     T,
     n_seqs,
     n_iter,
+    S,
     sx_b,
     sx_t,
+    sq_b,
+    sq_t,
+    sk_b,
+    sk_t,
+    sv_b,
+    sv_t,
     sw_d,
     sw_w,
     D: tl.constexpr,
     W: tl.constexpr,
-    BT: tl.constexpr,
-    BD: tl.constexpr,
-    VARLEN: tl.constexpr,
-):
-    i_d, i_t, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    o_d = i_d * BD + tl.arange(0, BD)
-    m_d = o_d < D
-    o_t = i_t * BT + tl.arange(0, BT)
-    m_t = o_t < T
-    if VARLEN:
-        bos, _ = _sequence_bounds(cu_seqlens, o_t, n_seqs, n_iter)
-    else:
-        bos = tl.zeros_like(o_t)
-    x_b = x + i_b.to(tl.int64) * sx_b
-    b_pre = _silu_input(x_b, w, o_t, m_t, bos, o_d, m_d, T, sx_t, sw_d, sw_w, W, y.dtype.element_ty)
-    b_y = b_pre * tl.sigmoid(b_pre)
-    p_y = y + (i_b.to(tl.int64) * T + o_t)[:, None] * D + o_d[None, :]
-    tl.store(p_y, b_y.to(y.dtype.element_ty), mask=m_t[:, None] & m_d[None, :])
-
-
-@triton.jit(do_not_specialize=["T", "n_seqs", "n_iter"])
-def causal_conv1d_silu_bwd_kernel(
-    x,
-    w,
-    dy,
-    dx,
-    dw_partial,
-    cu_seqlens,
-    T,
-    n_seqs,
-    n_iter,
-    sx_b,
-    sx_t,
-    sdy_b,
-    sdy_t,
-    sw_d,
-    sw_w,
-    D: tl.constexpr,
-    W: tl.constexpr,
-    BW: tl.constexpr,
+    G: tl.constexpr,
+    QW: tl.constexpr,
+    VW: tl.constexpr,
     BT: tl.constexpr,
     BD: tl.constexpr,
     TILES: tl.constexpr,
     VARLEN: tl.constexpr,
 ):
-    """dx for TILES tiles of BT tokens, and one float32 partial dweight [BD, W] per program.
+    """y = silu(conv(x)) for TILES tiles of BT tokens x BD channels; y rounded through x's dtype first."""
+    i_d, i_tb, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    o_c = tl.arange(0, BD)
+    o_d = i_d * BD + o_c
+    m_d = o_d < D
+    x_b = x + i_b.to(tl.int64) * sx_b + _block_column(i_d, S, G, QW, VW, BD)
+    p_y, sy_b, sy_t = _section(i_d, yq, yk, yv, sq_b, sq_t, sk_b, sk_t, sv_b, sv_t, G * QW, BD)
+    y_b = p_y + i_b.to(tl.int64) * sy_b
+    o_l = tl.arange(0, BT)
+    for i_tile in range(TILES):
+        t0 = (i_tb * TILES + i_tile) * BT
+        o_t = t0 + o_l
+        m_t = o_t < T
+        bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
+        acc = _conv(x_b + t0.to(tl.int64) * sx_t, w, o_l, o_t, m_t, bos, o_d, m_d, o_c, sx_t, sw_d, sw_w, W)
+        # F.conv1d's output tensor is in x's dtype: the SiLU reads the rounded value.
+        b_pre = acc.to(yq.dtype.element_ty).to(tl.float32)
+        b_y = b_pre * tl.sigmoid(b_pre)
+        p = y_b + t0.to(tl.int64) * sy_t + o_l[:, None] * sy_t + o_c[None, :]
+        tl.store(p, b_y.to(yq.dtype.element_ty), mask=m_t[:, None] & m_d[None, :])
 
-    Token t feeds outputs u = t + j (j < W) of its own sequence through tap W-1-j, so
-    dx[t] = sum_j dpre[t + j] * w[W-1-j] and dw[W-1-j] = sum_t dpre[t + j] * x[t]. dpre
-    (SiLU's backward) needs the conv output at u, recomputed here from x rather than
-    stored by the forward.
+
+@triton.jit(do_not_specialize=["T", "n_seqs", "n_iter"])
+def short_conv_bwd_dpre_kernel(
+    x,
+    w,
+    dq,
+    dk,
+    dv,
+    dpre,
+    dw_partial,
+    cu_seqlens,
+    T,
+    n_seqs,
+    n_iter,
+    S,
+    sx_b,
+    sx_t,
+    sq_b,
+    sq_t,
+    sk_b,
+    sk_t,
+    sv_b,
+    sv_t,
+    sw_d,
+    sw_w,
+    D: tl.constexpr,
+    W: tl.constexpr,
+    BW: tl.constexpr,
+    G: tl.constexpr,
+    QW: tl.constexpr,
+    VW: tl.constexpr,
+    BT: tl.constexpr,
+    BD: tl.constexpr,
+    TILES: tl.constexpr,
+    VARLEN: tl.constexpr,
+):
+    """dpre = dy * silu'(pre) at every token, and one float32 partial dweight [BD, W] per program.
+
+    dw[k] = sum_u dpre[u] * x[u - (W-1) + k] over u in this program's tokens: the same shifted
+    x tiles the conv reads, so each pair (u, tap) is counted by exactly one program.
     """
     i_d, i_tb, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    o_d = i_d * BD + tl.arange(0, BD)
+    o_c = tl.arange(0, BD)
+    o_d = i_d * BD + o_c
     m_d = o_d < D
     o_w = tl.arange(0, BW)
-    x_b = x + i_b.to(tl.int64) * sx_b
-    dy_b = dy + i_b.to(tl.int64) * sdy_b
+    x_b = x + i_b.to(tl.int64) * sx_b + _block_column(i_d, S, G, QW, VW, BD)
+    dy_d, sdy_b, sdy_t = _section(i_d, dq, dk, dv, sq_b, sq_t, sk_b, sk_t, sv_b, sv_t, G * QW, BD)
+    dy_b = dy_d + i_b.to(tl.int64) * sdy_b
+    dpre_b = dpre + i_b.to(tl.int64) * T * D + i_d * BD
     b_dw = tl.zeros((BD, BW), dtype=tl.float32)
+    o_l = tl.arange(0, BT)
     for i_tile in range(TILES):
-        o_t = (i_tb * TILES + i_tile) * BT + tl.arange(0, BT)
+        t0 = (i_tb * TILES + i_tile) * BT
+        o_t = t0 + o_l
         m_t = o_t < T
-        if VARLEN:
-            bos, eos = _sequence_bounds(cu_seqlens, o_t, n_seqs, n_iter)
-        else:
-            bos, eos = tl.zeros_like(o_t), tl.zeros_like(o_t) + T
-        p_x = x_b + o_t.to(tl.int64)[:, None] * sx_t + o_d[None, :]
-        b_x = tl.load(p_x, mask=m_t[:, None] & m_d[None, :], other=0.0).to(tl.float32)
-        b_dx = tl.zeros((BT, BD), dtype=tl.float32)
-        # A loop, not unrolled: unrolled, ptxas took 3 s more to compile it for the same registers.
-        for j in range(W):
-            o_u = o_t + j
-            m_u = m_t & (o_u < eos) & (o_u < T)
-            b_pre = _silu_input(x_b, w, o_u, m_u, bos, o_d, m_d, T, sx_t, sw_d, sw_w, W, dx.dtype.element_ty)
-            p_dy = dy_b + o_u.to(tl.int64)[:, None] * sdy_t + o_d[None, :]
-            b_dy = tl.load(p_dy, mask=m_u[:, None] & m_d[None, :], other=0.0).to(tl.float32)
-            b_sig = tl.sigmoid(b_pre)
-            b_dpre = b_dy * b_sig * (1.0 + b_pre * (1.0 - b_sig))
-            b_w = tl.load(w + o_d * sw_d + (W - 1 - j) * sw_w, mask=m_d, other=0.0).to(tl.float32)
-            b_dx += b_dpre * b_w[None, :]
-            b_dw += tl.where(o_w[None, :] == W - 1 - j, tl.sum(b_dpre * b_x, 0)[:, None], 0.0)
-        p_dx = dx + (i_b.to(tl.int64) * T + o_t)[:, None] * D + o_d[None, :]
-        tl.store(p_dx, b_dx.to(dx.dtype.element_ty), mask=m_t[:, None] & m_d[None, :])
+        m = m_t[:, None] & m_d[None, :]
+        bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
+        x_t0 = x_b + t0.to(tl.int64) * sx_t
+        acc = _conv(x_t0, w, o_l, o_t, m_t, bos, o_d, m_d, o_c, sx_t, sw_d, sw_w, W)
+        b_pre = acc.to(dq.dtype.element_ty).to(tl.float32)
+        p_dy = dy_b + t0.to(tl.int64) * sdy_t + o_l[:, None] * sdy_t + o_c[None, :]
+        b_dy = tl.load(p_dy, mask=m, other=0.0).to(tl.float32)
+        b_sig = tl.sigmoid(b_pre)
+        b_dpre = b_dy * b_sig * (1.0 + b_pre * (1.0 - b_sig))
+        p_dpre = dpre_b + t0.to(tl.int64) * D + o_l[:, None] * D + o_c[None, :]
+        tl.store(p_dpre, b_dpre.to(dpre.dtype.element_ty), mask=m)
+        for k in tl.static_range(W):
+            m_s = m_t & (o_t - (W - 1) + k >= bos)
+            p_x = x_t0 + (o_l - (W - 1) + k)[:, None] * sx_t + o_c[None, :]
+            b_x = tl.load(p_x, mask=m_s[:, None] & m_d[None, :], other=0.0).to(tl.float32)
+            b_dw += tl.where(o_w[None, :] == k, tl.sum(b_dpre * b_x, 0)[:, None], 0.0)
     i_p = (i_b * tl.num_programs(1) + i_tb).to(tl.int64)
     p_dw = dw_partial + (i_p * D + o_d)[:, None] * W + o_w[None, :]
     tl.store(p_dw, b_dw, mask=m_d[:, None] & (o_w < W)[None, :])
+
+
+@triton.jit(do_not_specialize=["T", "n_seqs", "n_iter"])
+def short_conv_bwd_dx_kernel(
+    dpre,
+    w,
+    dx,
+    cu_seqlens,
+    T,
+    n_seqs,
+    n_iter,
+    S,
+    sdx_b,
+    sdx_t,
+    sw_d,
+    sw_w,
+    D: tl.constexpr,
+    W: tl.constexpr,
+    G: tl.constexpr,
+    QW: tl.constexpr,
+    VW: tl.constexpr,
+    BT: tl.constexpr,
+    BD: tl.constexpr,
+    TILES: tl.constexpr,
+    VARLEN: tl.constexpr,
+):
+    """dx[t] = sum_j w[W-1-j] dpre[t+j] over t's own sequence, written where the input's channels live."""
+    i_d, i_tb, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    o_c = tl.arange(0, BD)
+    o_d = i_d * BD + o_c
+    m_d = o_d < D
+    dpre_b = dpre + i_b.to(tl.int64) * T * D + i_d * BD
+    dx_b = dx + i_b.to(tl.int64) * sdx_b + _block_column(i_d, S, G, QW, VW, BD)
+    o_l = tl.arange(0, BT)
+    for i_tile in range(TILES):
+        t0 = (i_tb * TILES + i_tile) * BT
+        o_t = t0 + o_l
+        m_t = o_t < T
+        _, eos = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
+        dpre_t0 = dpre_b + t0.to(tl.int64) * D
+        acc = tl.zeros((BT, BD), dtype=tl.float32)
+        for j in tl.static_range(W):
+            m_u = m_t & (o_t + j < eos)
+            b_w = tl.load(w + o_d * sw_d + (W - 1 - j) * sw_w, mask=m_d, other=0.0).to(tl.float32)
+            p = dpre_t0 + (o_l + j)[:, None] * D + o_c[None, :]
+            acc += tl.load(p, mask=m_u[:, None] & m_d[None, :], other=0.0).to(tl.float32) * b_w[None, :]
+        p_dx = dx_b + t0.to(tl.int64) * sdx_t + o_l[:, None] * sdx_t + o_c[None, :]
+        tl.store(p_dx, acc.to(dx.dtype.element_ty), mask=m_t[:, None] & m_d[None, :])
