@@ -66,7 +66,8 @@ def short_conv_silu(proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout
 def gdn_gates_torch(a, b, A_log, dt_bias):
     """(g, beta) as slime's and Hugging Face's layers compute them: g in float32, beta in b's dtype."""
     shape = (*a.shape[:2], -1)
-    g = -A_log.float().exp() * F.softplus(a.reshape(shape).float() + dt_bias.float())
+    # dt_bias joins in its own dtype, as in slime's layers: float32 from bf16 parameters.
+    g = -A_log.float().exp() * F.softplus(a.reshape(shape).float() + dt_bias)
     return g, b.reshape(shape).sigmoid()
 
 
@@ -78,12 +79,13 @@ def gdn_gates(a, b, A_log, dt_bias):
 
 
 def rms_norm_gated_torch(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Qwen3-Next's RMSNormGated: weight * rmsnorm(x) * silu(gate), in float32, cast back."""
+    """Qwen3-Next's RMSNormGated: weight * rmsnorm(x) * silu(gate), in float32 (or wider), cast back."""
     dtype = x.dtype
-    x32 = x.float()
-    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    compute = torch.promote_types(dtype, torch.float32)  # float64 stays float64
+    xc = x.to(compute)
+    normed = xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + eps)
     out = weight * normed.to(dtype)
-    return (out * F.silu(gate.float())).to(dtype)
+    return (out * F.silu(gate.to(compute))).to(dtype)
 
 
 def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -1,0 +1,1 @@
+"""Integrations with the training frameworks this package serves (slime)."""
