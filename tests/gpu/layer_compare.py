@@ -1,0 +1,191 @@
+"""This package's GDN layers against slime's own layer classes (from slime's source), same weights, one GPU.
+
+A measurement script, not a test (pytest does not collect it). On a GPU node with FLA and flash-qla:
+
+    PYTHONPATH=/tmp/site:$PWD/runtime python3 tests/gpu/layer_compare.py --slime-source DIR \
+        [--models qwen3-next,qwen3.5] [--packs 8192+24576,...] [--profile 8192+24576] [--json F]
+
+Variants: `ours` (this package's layer, `auto` backend), `slime-flashqla` (slime's layer with
+`--qwen-gdn-backend flashqla`), `slime-fla` (slime's default, FLA's own kernels: FLA_FLASH_QLA=0
+is set for the whole process). slime's layers are built as slime builds them, cast to bf16 as
+Megatron's Float16Module does, and loaded with our layer's state dict by name. Before timing,
+each slime variant's output and input gradient are compared with ours on the pack. Timing:
+forward+backward of one fixed output gradient, CUDA events around each step, rounds of steps
+alternating between the variants after warm-up, median; peak memory: max_memory_allocated during
+a step minus what was allocated before it. --profile adds a torch.profiler table of GPU time by
+kernel for each variant at that pack. The last line is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+
+os.environ.setdefault("FLA_FLASH_QLA", "0")  # slime-fla means FLA's own kernels, read once at FLA's import
+
+import torch  # noqa: E402
+
+from slime_flashqla.integrations.slime.source import slime_gdn_layer_class  # noqa: E402
+from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint  # noqa: E402
+
+OURS = {"qwen3-next": Qwen3NextGatedDeltaNet, "qwen3.5": Qwen3_5GatedDeltaNet}
+DEFAULT_PACKS = "8192+24576,3000+2500+1800+1200+700+400+100,256x64,16384x2"
+
+
+def lengths_of(pack: str) -> list[int]:
+    if "x" in pack:
+        length, count = pack.split("x")
+        return [int(length)] * int(count)
+    return [int(p) for p in pack.split("+")]
+
+
+def config(hk, hv, hidden):
+    return SimpleNamespace(
+        hidden_size=hidden,
+        linear_num_key_heads=hk,
+        linear_num_value_heads=hv,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+        hidden_act="silu",
+        rms_norm_eps=1e-6,
+        dtype=torch.bfloat16,
+    )
+
+
+def build(model, variant, cfg, source, seed=0):
+    torch.manual_seed(seed)
+    ours = OURS[model](cfg, backend="auto")
+    init_like_checkpoint(ours)
+    ours = ours.cuda().to(torch.bfloat16)
+    if variant == "ours":
+        return ours
+    cls = slime_gdn_layer_class(model, source)
+    backend = variant.removeprefix("slime-")
+    theirs = cls(cfg, layer_idx=0, args=SimpleNamespace(qwen_gdn_backend=backend)).cuda().to(torch.bfloat16)
+    theirs.load_state_dict(ours.state_dict(), strict=True)
+    return theirs
+
+
+def step_fn(layer, x, cu, dy):
+    params = list(layer.parameters())
+
+    def step():
+        out = layer(x, cu_seqlens=cu)
+        out.backward(dy)
+        x.grad = None
+        for p in params:
+            p.grad = None
+
+    return step
+
+
+def rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def profile_table(step, steps=3, top=14):
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    by_name = defaultdict(float)
+    for event in prof.key_averages():
+        if event.device_type.name == "CUDA" or getattr(event, "self_device_time_total", 0):
+            by_name[event.key] += getattr(event, "self_device_time_total", 0) / 1e3 / steps
+    rows = sorted(by_name.items(), key=lambda kv: -kv[1])
+    return {"total_ms": sum(by_name.values()), "kernels": [(k[:90], round(ms, 3)) for k, ms in rows[:top]]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slime-source", required=True)
+    parser.add_argument("--models", default="qwen3-next,qwen3.5")
+    parser.add_argument("--variants", default="ours,slime-flashqla,slime-fla")
+    parser.add_argument("--packs", default=DEFAULT_PACKS)
+    parser.add_argument("--heads", default="16/32")
+    parser.add_argument("--hidden", type=int, default=2048)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=5, help="steps per variant per round")
+    parser.add_argument("--profile", default="", help="pack to profile each variant at")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    hk, hv = (int(h) for h in args.heads.split("/"))
+    variants = args.variants.split(",")
+    cfg = config(hk, hv, args.hidden)
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": [], "profiles": {}}
+    for model in args.models.split(","):
+        layers = {v: build(model, v, cfg, args.slime_source) for v in variants}
+        for pack in args.packs.split(","):
+            lengths = lengths_of(pack)
+            tokens = sum(lengths)
+            gen = torch.Generator(device="cuda").manual_seed(1)
+            x = torch.randn(1, tokens, args.hidden, device="cuda", generator=gen).to(torch.bfloat16).requires_grad_()
+            dy = torch.randn(1, tokens, args.hidden, device="cuda", generator=gen).to(torch.bfloat16)
+            offsets = [0]
+            for n in lengths:
+                offsets.append(offsets[-1] + n)
+            cu = torch.tensor(offsets, dtype=torch.int32, device="cuda")
+            outs = {}
+            for v, layer in layers.items():
+                out = layer(x, cu_seqlens=cu)
+                out.backward(dy)
+                outs[v] = (out.detach(), x.grad.detach().clone())
+                x.grad = None
+                layer.zero_grad(set_to_none=True)
+            parity = {v: {"out": rel(outs[v][0], outs["ours"][0]), "dx": rel(outs[v][1], outs["ours"][1])}
+                      for v in variants if v != "ours"}  # fmt: skip
+            steps = {v: step_fn(layer, x, cu, dy) for v, layer in layers.items()}
+            for step in steps.values():
+                for _ in range(args.warmup):
+                    step()
+            times, peaks = defaultdict(list), defaultdict(list)
+            for _ in range(args.rounds):
+                for v, step in steps.items():
+                    for _ in range(args.steps):
+                        torch.cuda.synchronize()
+                        base = torch.cuda.memory_allocated()
+                        torch.cuda.reset_peak_memory_stats()
+                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        start.record()
+                        step()
+                        end.record()
+                        torch.cuda.synchronize()
+                        times[v].append(start.elapsed_time(end))
+                        peaks[v].append((torch.cuda.max_memory_allocated() - base) / 2**20)
+            row = {"model": model, "pack": pack, "tokens": tokens, "sequences": len(lengths), "parity": parity}
+            for v in variants:
+                row[v] = {"ms": statistics.median(times[v]), "peak_mib": max(peaks[v])}
+            for v in variants:
+                if v != "ours":
+                    row[f"ours/{v}"] = row["ours"]["ms"] / row[v]["ms"]
+            report["rows"].append(row)
+            cells = " | ".join(f"{v} {row[v]['ms']:.2f} ms {row[v]['peak_mib']:.0f} MiB" for v in variants)
+            ratios = " ".join(f"ours/{v} {row[f'ours/{v}']:.3f}" for v in variants if v != "ours")
+            print(f"{model:10} {pack:34} {cells} | {ratios} | parity {parity}", flush=True)
+            if pack == args.profile:
+                for v, step in steps.items():
+                    report["profiles"][f"{model} {v} {pack}"] = table = profile_table(step)
+                    print(f"-- profile {model} {v} {pack}: {table['total_ms']:.2f} GPU ms/step", flush=True)
+                    for name, ms in table["kernels"]:
+                        print(f"   {ms:8.3f}  {name}", flush=True)
+            del x, dy, outs, steps
+        del layers
+        torch.cuda.empty_cache()
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    print(json.dumps({"device": report["device"], "rows": len(report["rows"])}))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
