@@ -16,8 +16,8 @@ The last line is JSON.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -31,11 +31,10 @@ from slime_flashqla.triton_ops import causal_conv1d as cc
 
 DEV, DTYPE = "cuda", torch.bfloat16
 LAYOUTS = {"qwen3-next": cc.ProjectionLayout(16, 128, 256, 256), "qwen3.5": cc.ProjectionLayout(1, 2048, 4096)}
-FWD = [cc.LaunchConfig(bt, 128, tiles, warps) for bt, tiles, warps in itertools.product(
-    (32, 64, 128), (1, 2), (4, 8)) if bt * 128 // (32 * warps) <= 64]  # fmt: skip
-DPRE = [cc.LaunchConfig(bt, bd, tiles, warps) for bt, bd, tiles, warps in itertools.product(
-    (16, 32), (64, 128), (4, 8), (4, 8))]  # fmt: skip
-DX = FWD
+C = cc.LaunchConfig
+FWD = [C(16, 128, 1, 4), C(32, 128, 1, 4), C(32, 64, 1, 4), C(32, 128, 1, 2), C(64, 128, 1, 4), C(16, 64, 1, 2)]
+DPRE = [C(bt, bd, tiles, 4) for bt in (16, 32) for bd in (32, 64) for tiles in (8, 16)] + [C(16, 32, 16, 2)]
+DX = [C(16, 128, 1, 4), C(32, 128, 1, 4), C(32, 128, 2, 4), C(64, 128, 1, 4), C(32, 64, 1, 4), C(32, 128, 1, 2)]
 TUNE_LAYOUT, TUNE_TOKENS = "qwen3-next", 32768
 
 
@@ -94,10 +93,8 @@ def sweep(layout, tokens, name, configs, set_config, call):
 
 
 def fla_conv():
-    try:
-        from fla.modules.causal_conv1d.ops import causal_conv1d
-    except ImportError:
-        return None
+    from fla.modules.causal_conv1d.ops import causal_conv1d
+
     return causal_conv1d
 
 
@@ -113,21 +110,35 @@ def tune(report) -> None:
         cc._backward(proj, weight, cu, layout, 4, grads)
 
     report["fwd_sweep"], best_f = sweep(layout, TUNE_TOKENS, "fwd", FWD, lambda c: setattr(cc, "FORWARD", c), fwd)
-    best = {}
-    for f32 in (True, False):
-        cc.DPRE_FLOAT32 = f32
-        cc.BACKWARD_DX = cc.LaunchConfig(64, 128, 1, 8)
-        rows, best_p = sweep(layout, TUNE_TOKENS, "dpre", DPRE, lambda c: setattr(cc, "BACKWARD_DPRE", c), bwd)
-        rows2, best_x = sweep(layout, TUNE_TOKENS, "dx", DX, lambda c: setattr(cc, "BACKWARD_DX", c), bwd)
-        report[f"bwd_sweep_f32={f32}"] = rows + rows2
-        best[f32] = (best_p, best_x)
-        print(f"dpre float32={f32}: best dpre {best_p} best dx {best_x}", flush=True)
-    choice = min(best, key=lambda f: best[f][1]["ms"])
-    cc.DPRE_FLOAT32 = choice
-    cc.FORWARD = cc.LaunchConfig(**best_f["config"])
-    cc.BACKWARD_DPRE = cc.LaunchConfig(**best[choice][0]["config"])
-    cc.BACKWARD_DX = cc.LaunchConfig(**best[choice][1]["config"])
-    print(f"best fwd {best_f}", flush=True)
+    cc.DEFER_DWEIGHT = False
+    report["dpre_undeferred"], _ = sweep(
+        layout, TUNE_TOKENS, "dpre-undeferred", [C(32, 64, 8, 4)], lambda c: setattr(cc, "BACKWARD_DPRE", c), bwd
+    )
+    cc.DEFER_DWEIGHT = True
+    report["dpre_sweep"], best_p = sweep(
+        layout, TUNE_TOKENS, "dpre", DPRE, lambda c: setattr(cc, "BACKWARD_DPRE", c), bwd
+    )
+    report["dx_sweep"], best_x = sweep(layout, TUNE_TOKENS, "dx", DX, lambda c: setattr(cc, "BACKWARD_DX", c), bwd)
+    for rows in (report["fwd_sweep"], report["dpre_undeferred"] + report["dpre_sweep"], report["dx_sweep"]):
+        for row in rows:
+            print(f"  {row['kernel']:16} {row['config']} {row.get('ms', row.get('error'))}", flush=True)
+    print(f"best fwd {best_f['config']} dpre {best_p['config']} dx {best_x['config']}", flush=True)
+
+
+def apply_to_source() -> None:
+    """Write the configurations now set into causal_conv1d.py (on a disposable checkout: the device's copy)."""
+    path = Path(cc.__file__)
+    text = path.read_text()
+    for name in ("FORWARD", "BACKWARD_DPRE", "BACKWARD_DX"):
+        cfg = getattr(cc, name)
+        text = re.sub(
+            rf"^{name} = LaunchConfig\(.*\)$",
+            f"{name} = LaunchConfig(bt={cfg.bt}, bd={cfg.bd}, tiles={cfg.tiles}, warps={cfg.warps})",
+            text,
+            flags=re.M,
+        )
+    path.write_text(text)
+    print(f"wrote the configurations into {path}", flush=True)
 
 
 def measure(layout_name, layout, tokens, fla) -> dict:
@@ -175,17 +186,22 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[4096, 32768, 65536])
     parser.add_argument("--json", default=None)
     parser.add_argument("--quick", action="store_true", help="only the current configurations, no sweep")
+    parser.add_argument("--apply", action="store_true", help="write the best configurations into causal_conv1d.py")
+    parser.add_argument("--no-fla", action="store_true", help="leave FLA's conv out")
     args = parser.parse_args()
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
     if not args.quick:
         tune(report)
+        if args.apply:
+            apply_to_source()
     report["configs"] = {
         "fwd": cc.FORWARD.__dict__,
         "dpre": cc.BACKWARD_DPRE.__dict__,
         "dx": cc.BACKWARD_DX.__dict__,
         "dpre_float32": cc.DPRE_FLOAT32,
+        "defer_dweight": cc.DEFER_DWEIGHT,
     }
-    fla = fla_conv()
+    fla = None if args.no_fla else fla_conv()
     results = [measure(name, layout, tokens, fla) for name, layout in LAYOUTS.items() for tokens in args.tokens]
     report["results"] = results
     if args.json:

@@ -48,6 +48,10 @@ BACKWARD_DPRE = LaunchConfig(bt=32, bd=64, tiles=8, warps=4)
 BACKWARD_DX = LaunchConfig(bt=32, bd=128, tiles=1, warps=4)
 # dpre passes between the backward's two kernels in x's dtype (float32 measured slower, same parity).
 DPRE_FLOAT32 = False
+# dweight's products summed over a program's tiles before one reduction over tokens; the kernel
+# holds one float32 tile of sums per tap, for up to DEFERRED_TAPS taps (Qwen's conv has 4).
+DEFER_DWEIGHT = True
+DEFERRED_TAPS = 4
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,8 @@ def _backward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, grads
         _kernels().short_conv_bwd_dpre_kernel[(cdiv(d, bd1), token_blocks, b)](
             x, weight, dq, dk, dv, dpre, dw_partial, *common, _batch_stride(x), x.stride(1), *strides,
             weight.stride(0), weight.stride(-1), **_layout_constants(layout, width, bd1),
-            BW=next_power_of_2(width), BT=p1.bt, TILES=p1.tiles, VARLEN=cu_seqlens is not None, num_warps=p1.warps,
+            BW=next_power_of_2(width), BT=p1.bt, TILES=p1.tiles, VARLEN=cu_seqlens is not None,
+            DEFER=DEFER_DWEIGHT and width <= DEFERRED_TAPS, num_warps=p1.warps,
         )  # fmt: skip
         bd2 = layout.block_size(p2.bd)
         _kernels().short_conv_bwd_dx_kernel[(cdiv(d, bd2), cdiv(t, p2.bt * p2.tiles), b)](

@@ -174,11 +174,14 @@ def short_conv_bwd_dpre_kernel(
     BD: tl.constexpr,
     TILES: tl.constexpr,
     VARLEN: tl.constexpr,
+    DEFER: tl.constexpr,
 ):
     """dpre = dy * silu'(pre) at every token, and one float32 partial dweight [BD, W] per program.
 
     dw[k] = sum_u dpre[u] * x[u - (W-1) + k] over u in this program's tokens: the same shifted
-    x tiles the conv reads, so each pair (u, tap) is counted by exactly one program.
+    x tiles the conv reads, so each pair (u, tap) is counted by exactly one program. With DEFER
+    (W <= 4) the products are summed elementwise over the program's tiles and reduced over
+    tokens once at the end: a reduction across warps per tile and tap is what bounds this pass.
     """
     i_d, i_tb, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     o_c = tl.arange(0, BD)
@@ -190,6 +193,11 @@ def short_conv_bwd_dpre_kernel(
     dy_b = dy_d + i_b.to(tl.int64) * sdy_b
     dpre_b = dpre + i_b.to(tl.int64) * T * D + i_d * BD
     b_dw = tl.zeros((BD, BW), dtype=tl.float32)
+    # Per-tap elementwise sums for DEFER (taps beyond W stay zero and are never read).
+    s0 = tl.zeros((BT, BD), dtype=tl.float32)
+    s1 = tl.zeros((BT, BD), dtype=tl.float32)
+    s2 = tl.zeros((BT, BD), dtype=tl.float32)
+    s3 = tl.zeros((BT, BD), dtype=tl.float32)
     o_l = tl.arange(0, BT)
     for i_tile in range(TILES):
         t0 = (i_tb * TILES + i_tile) * BT
@@ -210,7 +218,22 @@ def short_conv_bwd_dpre_kernel(
             m_s = m_t & (o_t - (W - 1) + k >= bos)
             p_x = x_t0 + (o_l - (W - 1) + k)[:, None] * sx_t + o_c[None, :]
             b_x = tl.load(p_x, mask=m_s[:, None] & m_d[None, :], other=0.0).to(tl.float32)
-            b_dw += tl.where(o_w[None, :] == k, tl.sum(b_dpre * b_x, 0)[:, None], 0.0)
+            if DEFER:
+                if k == 0:
+                    s0 += b_dpre * b_x
+                elif k == 1:
+                    s1 += b_dpre * b_x
+                elif k == 2:
+                    s2 += b_dpre * b_x
+                else:
+                    s3 += b_dpre * b_x
+            else:
+                b_dw += tl.where(o_w[None, :] == k, tl.sum(b_dpre * b_x, 0)[:, None], 0.0)
+    if DEFER:
+        b_dw += tl.where(o_w[None, :] == 0, tl.sum(s0, 0)[:, None], 0.0)
+        b_dw += tl.where(o_w[None, :] == 1, tl.sum(s1, 0)[:, None], 0.0)
+        b_dw += tl.where(o_w[None, :] == 2, tl.sum(s2, 0)[:, None], 0.0)
+        b_dw += tl.where(o_w[None, :] == 3, tl.sum(s3, 0)[:, None], 0.0)
     i_p = (i_b * tl.num_programs(1) + i_tb).to(tl.int64)
     p_dw = dw_partial + (i_p * D + o_d)[:, None] * W + o_w[None, :]
     tl.store(p_dw, b_dw, mask=m_d[:, None] & (o_w < W)[None, :])
