@@ -29,10 +29,10 @@ from types import SimpleNamespace
 
 os.environ.setdefault("FLA_FLASH_QLA", "0")  # slime-fla means FLA's own kernels, read once at FLA's import
 
-import torch  # noqa: E402
+import torch
 
-from slime_flashqla.integrations.slime.source import slime_gdn_layer_class  # noqa: E402
-from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint  # noqa: E402
+from slime_flashqla.integrations.slime.source import slime_gdn_layer_class
+from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
 
 OURS = {"qwen3-next": Qwen3NextGatedDeltaNet, "qwen3.5": Qwen3_5GatedDeltaNet}
 DEFAULT_PACKS = "8192+24576,3000+2500+1800+1200+700+400+100,256x64,16384x2"

@@ -2,7 +2,10 @@
 
 A variant is a backend plus how q/k reach it (repeated to Hv heads, as slime's layers do
 today, or grouped). `bench gdn` and `bench stream` share these; a plan here is any object
-with `device`, `dtype`, `head_dim`, `hidden_size`, `seed` and `heads`.
+with `device`, `dtype`, `head_dim`, `hidden_size`, `seed` and `heads`, and optionally
+`layer_model` (qwen3-next, the default, or qwen3.5) and `slime_source` (a slime checkout).
+The `slime-layer-*` variants run slime's own layer classes, imported from slime's source
+(integrations.slime), with this package's layer's weights copied in by parameter name.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ class Variant:
     about: str
     direct: bool = False  # the library's own function, called as slime calls it, not this package's backend
     env: tuple[tuple[str, str], ...] = ()  # environment the variant is defined with (bench stream sets it)
+    slime_layer: bool = False  # slime's own layer class around the kernel (layer level only)
+    levels: tuple[str, ...] = ("kernel", "layer")
 
 
 VARIANTS = {
@@ -58,6 +63,26 @@ VARIANTS = {
             direct=True,
         ),
         Variant("auto", "auto", False, "the `auto` backend (GVA): FlashQLA where it validates, else FLA, else torch"),
+        Variant(
+            "slime-layer-flashqla",
+            "flashqla",
+            True,
+            "slime's own layer class (from --slime-source) with --qwen-gdn-backend flashqla: FLA's ShortConvolution "
+            "and FusedRMSNormGated, q/k repeated, flash_qla's kernel",
+            direct=True,
+            slime_layer=True,
+            levels=("layer",),
+        ),
+        Variant(
+            "slime-layer-fla",
+            "fla",
+            True,
+            "slime's own layer class with its default --qwen-gdn-backend fla (FLA's own kernels: FLA_FLASH_QLA=0)",
+            direct=True,
+            env=(("FLA_FLASH_QLA", "0"),),
+            slime_layer=True,
+            levels=("layer",),
+        ),
         Variant("torch", "torch", False, "the pure-PyTorch reference, GVA (slow: only when asked)"),
         Variant("torch-repeat", "torch", True, "the pure-PyTorch reference, q/k repeated (slow: only when asked)"),
     )
@@ -65,8 +90,20 @@ VARIANTS = {
 DEFAULT_VARIANTS = ("fla-repeat", "fla-gva", "flashqla-repeat", "flashqla-gva", "auto")
 
 
-def variant_problem(variant: Variant, mode: str, plan) -> str | None:
+LAYER_MODELS = ("qwen3-next", "qwen3.5")
+# bf16 weights and activations through two implementations of the same layer (FLA's conv and norm
+# round once, ours where torch's reference does): about 1e-2 apart; a wrong layout errs by O(1).
+SLIME_PARITY_TOLERANCE = 3e-2
+
+
+def variant_problem(variant: Variant, mode: str, plan, level: str | None = None) -> str | None:
     """Why `variant` cannot run `mode` on this machine, or None (imports the backend, launches nothing)."""
+    if level is not None and level not in variant.levels:
+        return f"{variant.name} runs at the {' and '.join(variant.levels)} level only"
+    if variant.slime_layer:
+        problem = slime_layer_problem(plan)
+        if problem:
+            return problem
     if variant.backend in ("torch", "auto"):  # auto always has a fallback; rows record what it picked
         return None
     import torch
@@ -93,6 +130,23 @@ def variant_problem(variant: Variant, mode: str, plan) -> str | None:
             return str(error)
         if variant.direct and fla_forwards_to_flashqla():
             return "FLA would forward this call to FlashQLA here: run it with FLA_FLASH_QLA=0"
+    return None
+
+
+def slime_layer_problem(plan) -> str | None:
+    """Why slime's own layer cannot be built here (its source, FLA's modules it builds, a GPU), or None."""
+    from slime_flashqla.gdn.packages import is_installed
+    from slime_flashqla.integrations.slime.source import SlimeSourceError, slime_source
+
+    try:
+        if slime_source(getattr(plan, "slime_source", None)) is None:
+            return "slime's source was not found: pass --slime-source DIR (a slime checkout) or set $SLIME_SOURCE"
+    except SlimeSourceError as error:
+        return str(error)
+    if not is_installed("fla"):
+        return "slime's layer builds FLA's ShortConvolution and FusedRMSNormGated: flash-linear-attention is missing"
+    if getattr(plan.device, "type", str(plan.device)) != "cuda":
+        return "slime's layer puts its gated norm on the GPU (accelerator.current_device()): needs a CUDA device"
     return None
 
 
@@ -156,20 +210,66 @@ def kernel_call(fn, inputs: dict, backward: bool):
     return call
 
 
-def build_layer(variant: Variant, heads: HeadConfig, plan):
+def _our_layer(variant: Variant, heads: HeadConfig, plan):
     import torch
 
-    from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint
+    from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
     from slime_flashqla.models import gdn_layer_config
 
+    classes = {"qwen3-next": Qwen3NextGatedDeltaNet, "qwen3.5": Qwen3_5GatedDeltaNet}
     size = {"head_dim": plan.head_dim, "hidden_size": plan.hidden_size, "conv_kernel": CONV_KERNEL}
     config = gdn_layer_config(heads.key_heads, heads.value_heads, **size)
     # The same seed for every variant: identical weights, and the caller's RNG is left alone.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(plan.seed)
-        layer = Qwen3NextGatedDeltaNet(config, backend=variant.backend)
+        layer = classes[getattr(plan, "layer_model", "qwen3-next")](config, backend=variant.backend)
         init_like_checkpoint(layer)
-    layer = layer.to(device=plan.device, dtype=getattr(torch, plan.dtype))
+    return layer.to(device=plan.device, dtype=getattr(torch, plan.dtype)), config
+
+
+def _slime_layer(variant: Variant, heads: HeadConfig, plan):
+    """slime's own layer class, built as slime builds it, cast as Megatron's Float16Module casts, our weights."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from slime_flashqla.integrations.slime.source import slime_gdn_layer_class
+
+    ours, config = _our_layer(variant, heads, plan)
+    dtype = getattr(torch, plan.dtype)
+    cls = slime_gdn_layer_class(getattr(plan, "layer_model", "qwen3-next"), getattr(plan, "slime_source", None))
+    args = SimpleNamespace(qwen_gdn_backend=variant.backend)
+    layer = cls(SimpleNamespace(**config, dtype=dtype), layer_idx=0, args=args).to(device=plan.device, dtype=dtype)
+    layer.load_state_dict(ours.state_dict(), strict=True)
+    error = _output_difference(layer, ours, plan)
+    if not error <= SLIME_PARITY_TOLERANCE:
+        raise RuntimeError(
+            f"{variant.name}: slime's layer and this package's disagree on the same weights (relative error "
+            f"{error:.2e} > {SLIME_PARITY_TOLERANCE:.0e}); not timing it"
+        )
+    return layer
+
+
+def _output_difference(layer, reference, plan) -> float:
+    """Relative L2 difference of two layers' outputs on one fixed packed batch (a sequence shorter than the conv)."""
+    import torch
+
+    lengths = [3, 200, 61]
+    gen = torch.Generator(device=plan.device).manual_seed(plan.seed + 1)
+    x = torch.randn(
+        1, sum(lengths), plan.hidden_size, generator=gen, device=plan.device, dtype=getattr(torch, plan.dtype)
+    )
+    cu = torch.tensor([0, 3, 203, 264], dtype=torch.int32, device=plan.device)
+    with torch.no_grad():
+        a, b = layer(x, cu_seqlens=cu).double(), reference(x, cu_seqlens=cu).double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def build_layer(variant: Variant, heads: HeadConfig, plan):
+    """The layer a variant times: this package's (around its backend) or slime's own class, same weights."""
+    if variant.slime_layer:
+        return _slime_layer(variant, heads, plan)
+    layer, _ = _our_layer(variant, heads, plan)
     if variant.direct:
         layer.chunk_gated_delta_rule = backend_fn(variant)
     if variant.repeat and heads.group > 1:
