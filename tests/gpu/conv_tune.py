@@ -188,7 +188,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="only the current configurations, no sweep")
     parser.add_argument("--apply", action="store_true", help="write the best configurations into causal_conv1d.py")
     parser.add_argument("--no-fla", action="store_true", help="leave FLA's conv out")
+    parser.add_argument("--apply-from", default=None, help="write a report's configurations into the source and exit")
     args = parser.parse_args()
+    if args.apply_from:
+        configs = json.loads(Path(args.apply_from).read_text())["configs"]
+        for name, key in (("FORWARD", "fwd"), ("BACKWARD_DPRE", "dpre"), ("BACKWARD_DX", "dx")):
+            setattr(cc, name, cc.LaunchConfig(**configs[key]))
+        apply_to_source()
+        return
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
     if not args.quick:
         tune(report)
