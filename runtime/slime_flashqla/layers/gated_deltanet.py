@@ -17,6 +17,7 @@ from torch import nn
 from slime_flashqla.gdn import BACKENDS, get_chunk_gated_delta_rule
 from slime_flashqla.layers.config import GDNConfig
 from slime_flashqla.layers.ops import gdn_gates, rms_norm_gated, short_conv_silu
+from slime_flashqla.layers.tensor_parallel import ShardRule, TensorParallel
 from slime_flashqla.triton_ops.causal_conv1d import ProjectionLayout
 
 DEFAULT_BACKEND = "fla"
@@ -33,21 +34,37 @@ def resolve_backend(backend: str | None, args) -> str:
 class _GatedRMSNorm(nn.Module):
     """Holds `norm.weight` like the checkpoints' Qwen3NextRMSNormGated."""
 
-    def __init__(self, dim: int, eps: float, dtype=None) -> None:
+    def __init__(self, dim: int, eps: float, dtype=None, tp: TensorParallel | None = None) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim, dtype=dtype))
         self.variance_epsilon = eps
+        self.tp = tp or TensorParallel()
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        return rms_norm_gated(x, gate, self.weight, self.variance_epsilon)
+        return rms_norm_gated(x, gate, self.tp.replicated(self.weight), self.variance_epsilon)
 
 
 class _GatedDeltaNetBase(nn.Module):
-    """Everything after the input projections: conv, gates, kernel, gated norm, out_proj."""
+    """Everything after the input projections: conv, gates, kernel, gated norm, out_proj.
 
-    def __init__(self, config, layer_idx: int = 0, args=None, backend: str | None = None) -> None:
+    With `tp_group`, the layer holds its rank's share of the heads (layers/tensor_parallel.py);
+    `config` is always the whole model's, and so are the tensors `load_state_dict` takes.
+    """
+
+    def __init__(
+        self,
+        config,
+        layer_idx: int = 0,
+        args=None,
+        backend: str | None = None,
+        *,
+        tp_group=None,
+        sequence_parallel: bool = False,
+    ) -> None:
         super().__init__()
-        cfg = GDNConfig.from_hf(config)
+        self.full_config = GDNConfig.from_hf(config)
+        self.tp = TensorParallel.of(tp_group, sequence_parallel)
+        cfg = self.tp.local_config(self.full_config)
         self.config = cfg
         self.layer_idx = layer_idx
         self.backend = resolve_backend(backend, args)
@@ -66,9 +83,41 @@ class _GatedDeltaNetBase(nn.Module):
         )
         self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads, dtype=dtype))
         self.A_log = nn.Parameter(torch.log(torch.empty(self.num_v_heads, dtype=dtype).uniform_(0.01, 16)))
-        self.norm = _GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps, dtype=dtype)
+        self.norm = _GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps, dtype=dtype, tp=self.tp)
         self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False, dtype=dtype)
         self.chunk_gated_delta_rule = get_chunk_gated_delta_rule(self.backend)
+        if self.tp.size > 1:
+            self._register_load_state_dict_pre_hook(self._keep_own_shards)
+
+    @classmethod
+    def _projection_rules(cls, cfg: GDNConfig) -> dict[str, ShardRule]:  # pragma: no cover - per subclass
+        """How each input projection's unsharded weight splits over tensor-parallel ranks."""
+        raise NotImplementedError
+
+    def shard_rules(self) -> dict[str, ShardRule | None]:
+        """Every parameter's shard rule under tensor parallelism (None: the same on every rank)."""
+        cfg = self.full_config
+        rules = {
+            "conv1d.weight": ShardRule(0, (cfg.key_dim, cfg.key_dim, cfg.value_dim)),
+            "dt_bias": ShardRule(0, (cfg.num_value_heads,)),
+            "A_log": ShardRule(0, (cfg.num_value_heads,)),
+            "norm.weight": None,
+            "out_proj.weight": ShardRule(1, (cfg.value_dim,)),
+        }
+        return {**rules, **self._projection_rules(cfg)}
+
+    def _keep_own_shards(self, state_dict, prefix, *args, **kwargs) -> None:
+        """Slice the unsharded checkpoint's tensors to this rank's heads (tensors already local pass as they are)."""
+        own = dict(self.named_parameters())
+        for name, rule in self.shard_rules().items():
+            key = prefix + name
+            if rule is not None and key in state_dict and state_dict[key].shape != own[name].shape:
+                state_dict[key] = self.tp.shard(state_dict[key], rule)
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The unsharded checkpoint's tensors under their names (a collective: every tensor-parallel rank calls it)."""
+        rules = self.shard_rules()
+        return {name: self.tp.gather(tensor, rules.get(name)) for name, tensor in self.state_dict().items()}
 
     def _mix(self, hidden_states, cu_seqlens):  # pragma: no cover - defined by subclasses
         """(q, k, v, z, b, a): q/k/v after the short conv, z, and the gates' inputs b and a."""
@@ -82,6 +131,7 @@ class _GatedDeltaNetBase(nn.Module):
             )
         if cu_seqlens is not None and hidden_states.shape[0] != 1:
             raise ValueError(f"with cu_seqlens hidden_states must be packed as B == 1, got B={hidden_states.shape[0]}")
+        hidden_states = self.tp.enter(hidden_states)
         batch, tokens, _ = hidden_states.shape
         if cu_seqlens is not None:
             # The conv reads cu_seqlens before the kernel does: check it here first, and hand
@@ -106,17 +156,27 @@ class _GatedDeltaNetBase(nn.Module):
         # so the norm reads Qwen3-Next's z where the fused projection wrote it.
         rows = (batch * tokens * self.num_k_heads, self.num_v_heads // self.num_k_heads, self.head_v_dim)
         core = self.norm(core.reshape(rows), z.view(rows))
-        return self.out_proj(core.view(batch, tokens, self.value_dim))
+        return self.tp.leave(self.out_proj(core.reshape(batch, tokens, self.value_dim)))
 
 
 class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
     """Qwen3-Next GDN: fused `in_proj_qkvz` and `in_proj_ba`, grouped per key head."""
 
-    def __init__(self, config, layer_idx: int = 0, args=None, backend: str | None = None) -> None:
-        super().__init__(config, layer_idx, args, backend)
+    def __init__(self, config, layer_idx: int = 0, args=None, backend: str | None = None, **parallel) -> None:
+        super().__init__(config, layer_idx, args, backend, **parallel)
         hidden, dtype = self.config.hidden_size, self.config.dtype
         self.in_proj_qkvz = nn.Linear(hidden, 2 * self.key_dim + 2 * self.value_dim, bias=False, dtype=dtype)
         self.in_proj_ba = nn.Linear(hidden, 2 * self.num_v_heads, bias=False, dtype=dtype)
+
+    @classmethod
+    def _projection_rules(cls, cfg: GDNConfig) -> dict[str, ShardRule]:
+        # Rows grouped per key head in both fused projections: whole key heads per rank.
+        group = cfg.num_value_heads // cfg.num_key_heads
+        qkvz = cfg.num_key_heads * (2 * cfg.key_head_dim + 2 * group * cfg.value_head_dim)
+        return {
+            "in_proj_qkvz.weight": ShardRule(0, (qkvz,)),
+            "in_proj_ba.weight": ShardRule(0, (2 * cfg.num_value_heads,)),
+        }
 
     def _mix(self, hidden_states, cu_seqlens):
         batch, tokens, _ = hidden_states.shape
@@ -132,13 +192,22 @@ class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
 class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
     """Qwen3.5 GDN: separate `in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`."""
 
-    def __init__(self, config, layer_idx: int = 0, args=None, backend: str | None = None) -> None:
-        super().__init__(config, layer_idx, args, backend)
+    def __init__(self, config, layer_idx: int = 0, args=None, backend: str | None = None, **parallel) -> None:
+        super().__init__(config, layer_idx, args, backend, **parallel)
         hidden, dtype = self.config.hidden_size, self.config.dtype
         self.in_proj_qkv = nn.Linear(hidden, 2 * self.key_dim + self.value_dim, bias=False, dtype=dtype)
         self.in_proj_z = nn.Linear(hidden, self.value_dim, bias=False, dtype=dtype)
         self.in_proj_b = nn.Linear(hidden, self.num_v_heads, bias=False, dtype=dtype)
         self.in_proj_a = nn.Linear(hidden, self.num_v_heads, bias=False, dtype=dtype)
+
+    @classmethod
+    def _projection_rules(cls, cfg: GDNConfig) -> dict[str, ShardRule]:
+        return {
+            "in_proj_qkv.weight": ShardRule(0, (cfg.key_dim, cfg.key_dim, cfg.value_dim)),
+            "in_proj_z.weight": ShardRule(0, (cfg.value_dim,)),
+            "in_proj_b.weight": ShardRule(0, (cfg.num_value_heads,)),
+            "in_proj_a.weight": ShardRule(0, (cfg.num_value_heads,)),
+        }
 
     def _mix(self, hidden_states, cu_seqlens):
         layout = ProjectionLayout(1, self.key_dim, self.value_dim)
