@@ -168,3 +168,9 @@ def support_line(version: str | None) -> str:
     release = release_for(version)
     cells = ", ".join(f"{sm(c)} {release.on(c).cell}" for c in CAPABILITIES)
     return f"flash-qla {label(version)}: {cells}"
+
+
+def support_label(version: str | None) -> str:
+    """The images' io.slime-flashqla.flashqla-support label: 'SM90=fwd+bwd,...,SM121=no-import'."""
+    release = release_for(version)
+    return ",".join(f"{sm(c)}={release.on(c).cell.replace(' ', '-')}" for c in CAPABILITIES)

@@ -1,8 +1,7 @@
 """Patch what torch reports about the machine (versions, CUDA, capability) for validation tests.
 
 Only torch's own reporting functions are replaced; the validation code under test runs as is.
-`flashqla=` installs a stand-in flash-qla distribution of that version (real files on sys.path:
-a dist-info for importlib.metadata and a `flash_qla` package that raises if anything imports it).
+`flashqla=` puts a stand-in flash-qla of that version on sys.path (helpers.flashqla_stand_in).
 """
 
 from __future__ import annotations
@@ -10,17 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-NEVER_IMPORTED = "the stand-in for flash-qla {version} was imported: validation must refuse before any import"
-
-
-def install_stand_in_flashqla(root, version: str) -> None:
-    """Write a flash-qla `version` distribution under `root` (a sys.path entry) whose import raises."""
-    package = root / "flash_qla"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text(f"raise ImportError({NEVER_IMPORTED.format(version=version)!r})\n")
-    info = root / f"flash_qla-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flash-qla\nVersion: {version}\n")
+from helpers.flashqla_stand_in import install_stand_in_flashqla
 
 
 @pytest.fixture

@@ -14,7 +14,14 @@ import torch
 
 from slime_flashqla.gdn import FlashQLAUnavailableError, flashqla_runtime_status, validate_flashqla_runtime
 from slime_flashqla.gdn.backends import KERNEL_BACKENDS
-from slime_flashqla.gdn.flashqla_support import CAPABILITIES, RELEASES, kernels_on, release_for, support_line
+from slime_flashqla.gdn.flashqla_support import (
+    CAPABILITIES,
+    RELEASES,
+    kernels_on,
+    release_for,
+    support_label,
+    support_line,
+)
 from slime_flashqla.gdn.packages import is_installed
 
 from .fake_gpu import machine  # noqa: F401  (fixture)
@@ -152,3 +159,4 @@ def test_support_line_names_every_capability():
     assert support_line("0.1.2") == (
         "flash-qla 0.1.2: SM90 fwd+bwd, SM100 fwd+bwd, SM103 no import, SM120 fwd, SM121 no import"
     )
+    assert support_label("0.1.3") == "SM90=fwd+bwd,SM100=fwd+bwd,SM103=fwd+bwd,SM120=import-only,SM121=no-import"
