@@ -8,6 +8,7 @@ release's own dispatch code does on that GPU (tests/env/test_flashqla_wheels.py 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -160,3 +161,21 @@ def test_support_line_names_every_capability():
         "flash-qla 0.1.2: SM90 fwd+bwd, SM100 fwd+bwd, SM103 no import, SM120 fwd, SM121 no import"
     )
     assert support_label("0.1.3") == "SM90=fwd+bwd,SM100=fwd+bwd,SM103=fwd+bwd,SM120=import-only,SM121=no-import"
+
+
+DOCS = [
+    Path(__file__).resolve().parents[3] / "docs" / lang / name
+    for lang in ("en", "zh")
+    for name in ("gdn_backends.md", "install_flashqla.md")
+]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_docs_tables_are_the_support_table(doc):
+    block = doc.read_text().split("<!-- flashqla-support:begin -->")[1].split("<!-- flashqla-support:end -->")[0]
+    rows = [[cell.strip().strip("`") for cell in line.strip().strip("|").split("|")] for line in block.split("\n")]
+    rows = [row for row in rows if row != [""] and not set(row[0]) <= {"-"}]
+    assert rows[0] == ["flash-qla", *(f"SM{c[0]}{c[1]}" for c in CAPABILITIES)]
+    assert [row[0] for row in rows[1:]] == [release.read_from for release in RELEASES]
+    for version, *cells in rows[1:]:
+        assert cells == [kernels_on(version, c).cell for c in CAPABILITIES], (doc.name, version)
