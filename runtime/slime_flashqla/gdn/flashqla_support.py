@@ -32,7 +32,8 @@ class Kernels:
     importable: bool
     forward: bool
     backward: bool
-    # The forward takes float16 q/k/v (SM12x's forward kernel compiles for bfloat16 only).
+    # Where the forward runs: it takes float16 q/k/v too (SM12x's forward compiles for bfloat16 only,
+    # fla/ops/gated_delta_rule/backends/flash_qla.py in FLA 0.6.0).
     float16: bool = True
     # Why not all of it runs: a phrase that follows "flash-qla X.Y.Z", naming the release's file.
     why: str = ""
@@ -48,6 +49,7 @@ class Kernels:
 
 
 TRAINS = Kernels(importable=True, forward=True, backward=True)
+NOT_DISPATCHED = Kernels(importable=False, forward=False, backward=False)
 
 
 @dataclass(frozen=True)
@@ -59,16 +61,8 @@ class Release:
     kernels: dict[tuple[int, int], Kernels] = field(default_factory=dict)
 
     def on(self, capability: tuple[int, int]) -> Kernels:
-        """What this release does on `capability` (a capability it does not dispatch: no import)."""
-        if capability in self.kernels:
-            return self.kernels[capability]
-        dispatched = ", ".join(sm(c) for c in self.kernels)
-        return Kernels(
-            importable=False,
-            forward=False,
-            backward=False,
-            why=f"dispatches {dispatched} only (chunk/__init__.py raises ValueError at import on any other GPU)",
-        )
+        """What this release does on `capability` (one it does not dispatch: chunk/__init__.py's ValueError)."""
+        return self.kernels.get(capability, NOT_DISPATCHED)
 
     def supported(self) -> str:
         """'SM90, SM100, SM103', plus the forward-only capabilities: what refusals say is needed."""
@@ -106,7 +100,6 @@ RELEASES = (
                 importable=True,
                 forward=False,
                 backward=False,
-                float16=False,
                 why=(
                     "imports on SM120, but its first forward raises ImportError: cp_preprocess_fwd "
                     "(chunk/cp/preprocess.py) imports aggregate_card_state, which the SM120 branch of "
@@ -117,7 +110,6 @@ RELEASES = (
                 importable=False,
                 forward=False,
                 backward=False,
-                float16=False,
                 why=(
                     "raises ValueError at `import flash_qla` on SM121: current_arch() "
                     "(chunk/cp/autocp/launch.py) maps compute versions 9.0, 10.0, 10.3 and 12.0 only"
