@@ -380,6 +380,18 @@ def image_platform(variant: str) -> str:
     return versions["images"][IMAGES[variant].kind]["platform"]
 
 
+def flashqla_support_label(version: str) -> str:
+    """What flash-qla `version` runs per GPU, from the runtime's support table (loaded by path: no torch)."""
+    import importlib.util
+
+    path = RUNTIME / "slime_flashqla" / "gdn" / "flashqla_support.py"
+    spec = importlib.util.spec_from_file_location("_slime_flashqla_support", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module.support_label(version)
+
+
 def image_build_args(variant: str) -> list[str]:
     """--build-arg flags: pins from env/versions.toml, provenance from git, bases from the env."""
     import tomllib
@@ -392,6 +404,7 @@ def image_build_args(variant: str) -> list[str]:
         "FLA_VERSION": versions["packages"]["flash-linear-attention"],
         "FLASH_QLA_VERSION": versions["packages"]["flash-qla"],
         "TILELANG_VERSION": versions["packages"]["tilelang"],
+        "FLASHQLA_SUPPORT": flashqla_support_label(versions["packages"]["flash-qla"]),
     }
     if IMAGES[variant].kind == "default":
         args |= {"TORCH_VERSION": versions["torch"]["version"], "TORCH_CUDA_VERSION": versions["torch"]["cuda"]}
@@ -406,12 +419,13 @@ def image_build_args(variant: str) -> list[str]:
 
 
 def expected_pin_labels(variant: str) -> dict[str, str]:
-    """The io.slime-flashqla.pins.* labels an image of this variant must carry."""
+    """The io.slime-flashqla.pins.* (and flashqla-support) labels an image of this variant must carry."""
     import tomllib
 
     versions = tomllib.loads((ROOT / "env" / "versions.toml").read_text())
     names = ("flash-linear-attention", "flash-qla", "tilelang")
     labels = {f"io.slime-flashqla.pins.{n}": versions["packages"][n] for n in names}
+    labels["io.slime-flashqla.flashqla-support"] = flashqla_support_label(versions["packages"]["flash-qla"])
     if IMAGES[variant].kind == "default":
         labels["io.slime-flashqla.pins.torch"] = versions["torch"]["version"]
         labels["io.slime-flashqla.pins.cuda"] = versions["torch"]["cuda"]

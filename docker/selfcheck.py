@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import sys
 
-# Printed by the GB10 image: FlashQLA ships forward kernels only for SM12x.
+# Printed by the GB10 image, with what the flash-qla release runs (doctor's support line):
+# flash-qla 0.1.3 cannot be imported on SM121, so the image trains and runs GDN with FLA.
 GB10_NOTE = (
-    "GB10 image: train with --qwen-gdn-backend fla; FlashQLA has forward-only kernels on SM12x"
-    " (installed only with --build-arg INSTALL_FLASHQLA=1)"
+    "GB10 image: train and run with --qwen-gdn-backend fla; FlashQLA support: {support}"
+    " (flash-qla is installed only with --build-arg INSTALL_FLASHQLA=1)"
 )
 
 
@@ -24,7 +25,7 @@ def summary_lines(report: dict, variant: str) -> list[str]:
         + ("OK" if report["flashqla"]["ok"] else f"no ({report['flashqla']['reason']})"),
     ]
     if variant == "gb10":
-        lines.append(f"[slime-flashqla] {GB10_NOTE}")
+        lines.append("[slime-flashqla] " + GB10_NOTE.format(support=report["flashqla"]["support"]))
     lines += [f"[slime-flashqla] WARNING: {w}" for w in report["warnings"]]
     return lines
 

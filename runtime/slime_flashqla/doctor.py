@@ -102,6 +102,7 @@ def collect_report() -> dict:
     from slime_flashqla.gdn.api import explain_auto
     from slime_flashqla.gdn.backends import KERNEL_BACKENDS
     from slime_flashqla.gdn.fla_kernels import fla_forwards_to_flashqla
+    from slime_flashqla.gdn.flashqla_support import support_line
     from slime_flashqla.gdn.validation import flashqla_runtime_status
     from slime_flashqla.kernels.cache import tilelang_cache_dir
 
@@ -131,6 +132,7 @@ def collect_report() -> dict:
             "reason": flashqla_reason,
             "forward_only": flashqla_runtime_status(None, backward=True).forward_only,
             "inference_ok": inference_ok,
+            "support": support_line(installed_version("flash_qla")),
         },
         "fla_kernel": (
             "FLA's own kernels (slime-flashqla calls FLA past its FlashQLA forwarding)"

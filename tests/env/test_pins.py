@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from slime_flashqla.gdn.flashqla_support import support_label
+
 ROOT = Path(__file__).resolve().parents[2]
 VERSIONS = tomllib.loads((ROOT / "env" / "versions.toml").read_text())
 PACKAGES = VERSIONS["packages"]
@@ -103,6 +105,8 @@ def test_dockerfile_defaults_match_the_pins(variant):
     assert args["FLA_VERSION"] == PACKAGES["flash-linear-attention"]
     assert args["FLASH_QLA_VERSION"] == PACKAGES["flash-qla"]
     assert args["TILELANG_VERSION"] == PACKAGES["tilelang"]
+    assert args["FLASHQLA_SUPPORT"] == support_label(PACKAGES["flash-qla"])
+    assert 'io.slime-flashqla.flashqla-support="${FLASHQLA_SUPPORT}"' in DOCKERFILES[variant].read_text()
     if variant == "default":
         assert args["TORCH_VERSION"] == VERSIONS["torch"]["version"]
         assert args["TORCH_CUDA_VERSION"] == VERSIONS["torch"]["cuda"]

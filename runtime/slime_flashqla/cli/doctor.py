@@ -44,6 +44,7 @@ def report_rows(report: dict) -> list[tuple[str, str]]:
     rows += [
         ("FlashQLA (training)", ("OK: " if flashqla["ok"] else "NO: ") + flashqla["reason"]),
         ("FlashQLA (inference)", "OK" if flashqla["inference_ok"] else "NO"),
+        ("FlashQLA support", flashqla["support"]),
         ("'fla' runs", report["fla_kernel"]),
         ("'auto' runs", f"{report['auto']['backend']}: {report['auto']['reason']}"),
         ("FLA forwards to FlashQLA", str(report["fla_forwards_to_flashqla"])),

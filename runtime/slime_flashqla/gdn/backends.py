@@ -13,7 +13,7 @@ from slime_flashqla.gdn.errors import FlashQLAUnavailableError
 from slime_flashqla.gdn.inputs import GDNShape
 from slime_flashqla.gdn.packages import is_installed, require
 from slime_flashqla.gdn.qk_l2norm import l2norm_qk
-from slime_flashqla.gdn.validation import describe_unmet, flashqla_runtime_status
+from slime_flashqla.gdn.validation import describe_unmet, flashqla_runtime_status, validate_flashqla_runtime
 
 FLASHQLA_HEAD_DIM = 128
 
@@ -118,7 +118,7 @@ class FLABackend:
 
 
 class FlashQLABackend:
-    """FlashQLA's TileLang kernels: SM90/SM100/SM103, forward-only on SM120/SM121, K = V = 128."""
+    """FlashQLA's TileLang kernels, K = V = 128, on the GPUs the installed release runs (gdn/flashqla_support.py)."""
 
     name = "flashqla"
     module = "flash_qla"
@@ -151,10 +151,16 @@ class FlashQLABackend:
 
     def runtime_problem(self, device: torch.device, backward: bool, dtype: torch.dtype) -> str | None:
         problems, _ = self.unmet(device, backward)
-        if not problems and flashqla_runtime_status(device, backward=backward).forward_only and dtype == torch.float16:
-            # FlashQLA's SM12x forward kernel does not compile for float16 (FLA's verifier says the same).
-            return "FlashQLA's SM120/SM121 forward kernel supports bfloat16 only"
-        return describe_unmet(problems) if problems else None
+        if problems:
+            return describe_unmet(problems)
+        if dtype == torch.float16:
+            from slime_flashqla.gdn.flashqla_support import kernels_on, sm
+            from slime_flashqla.gdn.packages import installed_version
+
+            capability = tuple(torch.cuda.get_device_capability(device))
+            if not kernels_on(installed_version(self.module), capability).float16:
+                return f"FlashQLA's {sm(capability)} forward kernel supports bfloat16 only"
+        return None
 
     def supports(self, shape: GDNShape, dtype: torch.dtype, device: torch.device, backward: bool):
         problem = self.input_problem(shape, dtype, device) or self.runtime_problem(device, backward, dtype)
@@ -186,9 +192,13 @@ class FlashQLABackend:
         return {"no-cp": {"auto_cp": False}, "intra-cp": {"force_intra_cp": True}}
 
 
-@functools.cache  # called on every launch: the import and attribute lookup happen once
+@functools.cache  # called on every launch: the check, import and attribute lookup happen once
 def _flash_qla_kernel():
     from slime_flashqla.gdn.deferred_compile import import_deferring_torch_compile
+
+    # flash_qla picks its kernels at import from CUDA device 0 and raises ValueError there on a GPU
+    # its release does not dispatch (flash-qla 0.1.3 on SM121): refuse first, in one line.
+    validate_flashqla_runtime(0, backward=False)
 
     # FlashQLA's @torch.compile'd l2norm would import TorchInductor at import time; this backend
     # never calls it (prepare() normalises q/k), so its compile waits for a first call that never comes.

@@ -1,8 +1,10 @@
-"""FlashQLA runtime validation: torch, CUDA build, device and compute capability.
+"""FlashQLA runtime validation: torch, CUDA build, device, compute capability and the flash-qla release.
 
 Every value is read at call time from torch (`torch.__version__`, `torch.version.cuda`,
-`torch.cuda.is_available()`, `torch.cuda.get_device_capability`) so tests can patch them,
-and nothing here imports flash_qla: on an unsupported GPU its import raises ValueError.
+`torch.cuda.is_available()`, `torch.cuda.get_device_capability`) and from the installed
+distributions, so tests can patch them. What a release runs on which GPU is the support table
+(gdn/flashqla_support.py); nothing here imports flash_qla, whose import raises ValueError on a
+GPU its release does not dispatch.
 """
 
 from __future__ import annotations
@@ -12,13 +14,11 @@ from dataclasses import dataclass
 from packaging.version import InvalidVersion, Version
 
 from slime_flashqla.gdn.errors import FlashQLAUnavailableError
+from slime_flashqla.gdn.flashqla_support import label, release_for, sm
+from slime_flashqla.gdn.packages import installed_version
 
 MIN_TORCH = (2, 8)
 MIN_CUDA = (12, 8)
-# FlashQLA 0.1.x ships forward and backward kernels for these capabilities ...
-TRAINING_CAPABILITIES = {(9, 0): "SM90", (10, 0): "SM100", (10, 3): "SM103"}
-# ... and forward-only kernels for consumer / GB10 Blackwell.
-FORWARD_ONLY_CAPABILITIES = {(12, 0): "SM120", (12, 1): "SM121"}
 
 
 @dataclass(frozen=True)
@@ -46,23 +46,28 @@ def _release(text: str, what: str) -> tuple[int, ...]:
         raise FlashQLAUnavailableError(f"cannot parse the {what} version {text!r}: {error}") from error
 
 
-def _sm(capability: tuple[int, int]) -> str:
-    return f"SM{capability[0]}{capability[1]}"
-
-
-def _supported() -> str:
-    return (
-        ", ".join(TRAINING_CAPABILITIES.values())
-        + " ("
-        + "/".join(FORWARD_ONLY_CAPABILITIES.values())
-        + ": forward only)"
-    )
+def capability_problem(version: str | None, capability: tuple[int, int], backward: bool) -> str | None:
+    """Why flash-qla `version` cannot run (or, with backward, train) on `capability`, or None."""
+    release, name = release_for(version), label(version)
+    kernels = release.on(capability)
+    if capability not in release.kernels:
+        return f"needs compute capability {release.supported()} (flash-qla {name}); found {sm(capability)}"
+    if not kernels.forward:
+        return f"cannot run on {sm(capability)}: flash-qla {name} {kernels.why}; use the 'fla' backend"
+    if backward and not kernels.backward:
+        return (
+            f"cannot train on {sm(capability)}: flash-qla {name} {kernels.why}: "
+            "train with the 'fla' backend, or use FlashQLA for inference (backward=False)"
+        )
+    return None
 
 
 def flashqla_runtime_status(device=None, *, backward: bool = True) -> RuntimeStatus:
     """Check FlashQLA's runtime requirements, all of them, and return the status instead of raising."""
     import torch
 
+    version = installed_version("flash_qla")
+    release = release_for(version)
     problems = []
     # Pre-releases and local builds (2.8.0a0+git..., NGC's builds) count as their release:
     # compare the numeric release, not the full PEP 440 ordering.
@@ -75,23 +80,20 @@ def flashqla_runtime_status(device=None, *, backward: bool = True) -> RuntimeSta
         problems.append(f"needs PyTorch built with CUDA >= 12.8, found CUDA {cuda_build}")
     if not torch.cuda.is_available():
         problems.append(
-            f"needs a CUDA device of compute capability {_supported()}, "
+            f"needs a CUDA device of compute capability {release.supported()} (flash-qla {label(version)}), "
             "but torch.cuda.is_available() is False (no GPU or driver)"
         )
         return RuntimeStatus(False, describe_unmet(problems), problems=tuple(problems))
     capability = tuple(torch.cuda.get_device_capability(device))
-    forward_only = capability in FORWARD_ONLY_CAPABILITIES
-    if forward_only and backward:
-        problems.append(
-            f"has {_sm(capability)} forward kernels only (no backward kernel): "
-            "train with the 'fla' backend, or use FlashQLA for inference (backward=False)"
-        )
-    elif capability not in TRAINING_CAPABILITIES and not forward_only:
-        problems.append(f"needs compute capability {_supported()}; found {_sm(capability)}")
+    kernels = release.on(capability)
+    forward_only = kernels.forward and not kernels.backward
+    problem = capability_problem(version, capability, backward)
+    if problem:
+        problems.append(problem)
     if problems:
         return RuntimeStatus(False, describe_unmet(problems), capability, forward_only, tuple(problems))
-    kernels = "forward kernels only" if forward_only else "forward and backward kernels"
-    return RuntimeStatus(True, f"{_sm(capability)}: {kernels}", capability, forward_only)
+    runs = "forward kernels only" if forward_only else "forward and backward kernels"
+    return RuntimeStatus(True, f"{sm(capability)}: {runs} (flash-qla {label(version)})", capability, forward_only)
 
 
 def validate_flashqla_runtime(device=None, *, backward: bool = True) -> None:

@@ -30,11 +30,14 @@ def test_no_flashqla_stack_unless_opted_in(flashqla_opted_in):
             importlib.metadata.version(dist)
 
 
-def test_self_check_says_training_uses_fla():
+def test_self_check_says_gdn_runs_on_fla_and_what_flashqla_runs():
+    from slime_flashqla.gdn.flashqla_support import support_line
+    from slime_flashqla.gdn.packages import installed_version
+
     done = entrypoint("true")
     assert done.returncode == 0
-    assert "train with --qwen-gdn-backend fla" in done.stderr
-    assert "forward-only" in done.stderr
+    assert "train and run with --qwen-gdn-backend fla" in done.stderr
+    assert f"FlashQLA support: {support_line(installed_version('flash_qla'))}" in done.stderr
 
 
 # env/versions.toml's platform arch -> what the kernel (`uname -m`) calls it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -124,3 +125,37 @@ def test_warns_about_an_old_driver_and_fla_forwarding():
     warnings = known_problems(_report(driver_cuda="12.4", fla_forwards_to_flashqla=True))
     assert any("upgrade the driver" in w for w in warnings)
     assert any("forwards to FlashQLA" in w for w in warnings)
+
+
+@pytest.mark.parametrize(
+    ("release", "line"),
+    [
+        ("0.1.3", "flash-qla 0.1.3: SM90 fwd+bwd, SM100 fwd+bwd, SM103 fwd+bwd, SM120 import only, SM121 no import"),
+        ("0.1.2", "flash-qla 0.1.2: SM90 fwd+bwd, SM100 fwd+bwd, SM103 no import, SM120 fwd, SM121 no import"),
+    ],
+)
+def test_doctor_reports_what_the_installed_flashqla_release_runs(tmp_path, release, line):
+    import os
+
+    from helpers.flashqla_stand_in import install_stand_in_flashqla
+
+    if importlib.util.find_spec("flash_qla") is not None:
+        pytest.skip("flash-qla is installed here: the stand-in would be shadowed")
+    install_stand_in_flashqla(tmp_path, release)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    report = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "slime_flashqla", "doctor", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+            env=env,
+        ).stdout
+    )
+    assert report["flashqla"]["support"] == line
+    wide = {**env, "COLUMNS": "250"}  # the table on one line per row
+    table = subprocess.run(
+        [sys.executable, "-m", "slime_flashqla", "doctor"], capture_output=True, text=True, timeout=300, env=wide
+    ).stdout
+    assert any("FlashQLA support" in row and line in row for row in table.splitlines()), table

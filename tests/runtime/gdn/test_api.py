@@ -55,7 +55,7 @@ def test_flashqla_refusal_names_every_missing_requirement_at_once(machine):  # n
     for needed in (
         "needs PyTorch >= 2.8, found 2.7.1+cpu",
         "needs a CUDA build of PyTorch (CUDA >= 12.8)",
-        "needs a CUDA device of compute capability SM90, SM100, SM103 (SM120/SM121: forward only)",
+        "needs a CUDA device of compute capability SM90, SM100, SM103 (flash-qla 0.1.3)",
         "torch.cuda.is_available() is False",
         "pip install flash-qla",
     ):
@@ -125,11 +125,12 @@ def test_explain_auto_names_sm80(machine):  # noqa: F811
     assert "found SM80" in choice.reason
 
 
-def test_explain_auto_refuses_flashqla_training_on_gb10(machine):  # noqa: F811
+@pytest.mark.parametrize("backward", [True, False], ids=["training", "inference"])
+def test_explain_auto_refuses_flashqla_on_gb10(machine, backward):  # noqa: F811
     machine(capability=(12, 1))
-    choice = explain_auto("cuda", backward=True)
+    choice = explain_auto("cuda", backward=backward)
     assert choice.backend != "flashqla"
-    assert "forward kernels only" in choice.reason
+    assert "raises ValueError at `import flash_qla` on SM121" in choice.reason
 
 
 def test_explain_auto_refuses_head_dim_64(machine):  # noqa: F811

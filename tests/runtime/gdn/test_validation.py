@@ -53,15 +53,6 @@ def test_training_capabilities(machine, capability):  # noqa: F811
     assert not flashqla_runtime_status().forward_only
 
 
-@pytest.mark.parametrize("capability", [(12, 0), (12, 1)])
-def test_sm12x_is_forward_only(machine, capability):  # noqa: F811
-    machine(capability=capability)
-    validate_flashqla_runtime(backward=False)
-    with pytest.raises(FlashQLAUnavailableError, match=r"forward kernels only \(no backward kernel\).*'fla'"):
-        validate_flashqla_runtime(backward=True)
-    assert flashqla_runtime_status(backward=True).forward_only
-
-
 @pytest.mark.parametrize("capability", [(8, 0), (8, 9), (7, 5), (11, 0)])
 def test_unsupported_capabilities(machine, capability):  # noqa: F811
     machine(capability=capability)
