@@ -1,6 +1,13 @@
-"""Command-line values the benchmarks share: the device, and lower bounds of counts."""
+"""Command-line values the benchmarks share: the device, and the bounds of counts, sizes and seeds."""
 
 from __future__ import annotations
+
+import math
+
+# The benchmarks pack sequences with int32 cu_seqlens, as slime does: no batch may hold more tokens.
+MAX_TOKENS = 2**31 - 1
+# torch.Generator.manual_seed takes an unsigned 64-bit seed (random.Random any integer).
+MAX_SEED = 2**64 - 1
 
 
 def parse_device(text: str | None, error_type: type[Exception]):
@@ -28,8 +35,17 @@ def parse_device(text: str | None, error_type: type[Exception]):
     return torch.device("cuda", index)
 
 
-def check_at_least(error: type[Exception], *bounds: tuple[str, float, float]) -> None:
-    """Raise `error` for the first (option, value, lowest) whose value is below its lowest."""
-    for name, value, low in bounds:
+def check_bounds(error: type[Exception], *bounds: tuple[str, float, float, float | None]) -> None:
+    """Raise `error` for the first (option, value, lowest, highest or None) that is not finite or out of range."""
+    for name, value, low, high in bounds:
+        if isinstance(value, float) and not math.isfinite(value):  # an int is finite, however large
+            raise error(f"{name} must be a finite number, got {value}")
         if value < low:
             raise error(f"{name} must be >= {low}, got {value}")
+        if high is not None and value > high:
+            raise error(f"{name} must be <= {high}, got {value}")
+
+
+def check_seed(error: type[Exception], seed: int) -> None:
+    """Raise `error` unless `seed` fits torch's generator (0 to 2**64-1)."""
+    check_bounds(error, ("--seed", seed, 0, MAX_SEED))

@@ -10,7 +10,7 @@ def matplotlib_missing() -> str | None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return "matplotlib is not installed (pip install matplotlib)"
+        return "matplotlib is not installed: pip install matplotlib (or the package's `plot` extra)"
     return None
 
 
