@@ -62,7 +62,7 @@ def install_fla_floor(session: nox.Session) -> dict[str, str]:
 @nox.session
 def tests(session: nox.Session) -> None:
     """CPU test suite: unit tests, real gloo processes, CLI; GPU and image tests excluded."""
-    install_runtime(session, "cli")
+    install_runtime(session, "cli", "plot")  # plot: the --plot tests draw real PNGs rather than skip
     env = install_fla_floor(session) if has_venv(session) else {}
     session.run(
         "python",
