@@ -203,4 +203,6 @@ else
     $prefix/bin/slime-flashqla doctor ${requires[*]}"
 fi
 run "${doctor[@]}"
-log "done: activate with '$tool activate $prefix'"
+train_with=fla
+((with_flashqla)) && train_with=flashqla
+log "done: activate with '$tool activate $prefix'; train with --qwen-gdn-backend $train_with"
