@@ -36,7 +36,7 @@ from slime_flashqla.bench.gdn_shapes import (
     parse_heads,
     parse_shapes,
 )
-from slime_flashqla.bench.options import check_bounds, check_seed, parse_device
+from slime_flashqla.bench.options import check_bounds, check_seed, output_paths, parse_device, write_output
 from slime_flashqla.bench.report import environment, print_table, rich_console
 from slime_flashqla.bench.variants import (
     DEFAULT_VARIANTS,
@@ -546,19 +546,6 @@ def _progress(total: int, console):
         yield lambda row: bar.update(task, advance=1, description=describe(row))
 
 
-def _check_output_paths(args) -> None:
-    for option in ("json", "markdown", "plot"):
-        path = getattr(args, option)
-        if path and not Path(path).resolve().parent.is_dir():
-            raise BenchInputError(f"--{option} {path}: the directory {Path(path).parent} does not exist")
-    if args.plot:
-        from slime_flashqla.bench.plot import matplotlib_missing
-
-        missing = matplotlib_missing()
-        if missing:  # refused before the run: a PNG asked for is written, or nothing runs
-            raise BenchInputError(f"--plot {args.plot}: {missing}")
-
-
 def _unavailable(problems: dict[tuple[str, str], str]) -> str:
     """The variants that cannot run and why, in one line."""
     return "; ".join(f"{variant} ({mode}): {reason}" for (variant, mode), reason in problems.items())
@@ -591,7 +578,7 @@ def _print_plan(plan: Plan, problems: dict) -> None:
                 print(f"  auto {heads.label} {mode} -> {choice.backend}: {choice.reason}")
 
 
-def _write_json(path: str, rows: list[Row], plan: Plan, env: dict, *, complete: bool) -> None:
+def _write_json(path: Path, rows: list[Row], plan: Plan, env: dict, *, complete: bool) -> None:
     """Write the report; `complete` is False while the run is still going (speedups are then missing)."""
     report = {
         "complete": complete,
@@ -600,14 +587,14 @@ def _write_json(path: str, rows: list[Row], plan: Plan, env: dict, *, complete: 
         "rows": [dataclasses.asdict(row) for row in rows],
         "auto": auto_summary(rows) if complete else [],
     }
-    Path(path).write_text(json.dumps(report, indent=2) + "\n")
+    write_output(path, json.dumps(report, indent=2) + "\n")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run `bench gdn`; 0 when every row ran, 1 when a row or the PNG failed, 2 for bad input or unusable variants."""
     try:
         plan = build_plan(args)
-        _check_output_paths(args)
+        outputs = output_paths(args, BenchInputError, ("json", "markdown", "plot"))
     except BenchInputError as error:
         print(f"bench gdn: {error}", file=sys.stderr)
         return 2
@@ -641,7 +628,7 @@ def main(args: argparse.Namespace) -> int:
             progress(row)
             if args.json:  # rows so far survive a run that is killed (a time limit) before the end
                 done.append(row)
-                _write_json(args.json, done, plan, env, complete=False)
+                _write_json(outputs["json"], done, plan, env, complete=False)
 
         rows = run_plan(plan, problems, on_row)
     add_speedups(rows)
@@ -656,16 +643,16 @@ def main(args: argparse.Namespace) -> int:
     if skipped_cells(rows):
         print_table(console, "skipped variants", ("variant", "mode", "reason"), skipped_cells(rows))
     if args.json:
-        _write_json(args.json, rows, plan, env, complete=True)
+        _write_json(outputs["json"], rows, plan, env, complete=True)
         print(f"wrote {args.json}")
     if args.markdown:
-        Path(args.markdown).write_text(markdown_report(rows, summary, env, plan))
+        write_output(outputs["markdown"], markdown_report(rows, summary, env, plan))
         print(f"wrote {args.markdown}")
     problem = None
     if args.plot:
         from slime_flashqla.bench.plot import plot_rows
 
-        problem = plot_rows([dataclasses.asdict(row) for row in rows], args.plot, args.plot_metric, title=where)
+        problem = plot_rows([dataclasses.asdict(row) for row in rows], outputs["plot"], args.plot_metric, title=where)
         if problem:  # nothing measured to draw: the PNG asked for is not written, and the exit status says so
             print(f"bench gdn: {problem}; no PNG written", file=sys.stderr)
         else:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slime_flashqla.bench.gdn_shapes import HeadConfig, ShapeError, parse_heads
-from slime_flashqla.bench.options import check_bounds, check_seed, parse_device
+from slime_flashqla.bench.options import check_bounds, check_seed, output_paths, parse_device, write_output
 from slime_flashqla.bench.packs import (
     DEFAULT_MEDIAN_LEN,
     DEFAULT_MIN_LEN,
@@ -72,6 +72,7 @@ class StreamPlan:
     timeout: float = 3600.0
     jobs: list[StreamJob] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # variant -> why it cannot run here
+    outputs: dict[str, Path] = field(default_factory=dict)  # --json/--plot -> the file it writes, checked
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -198,16 +199,7 @@ def build_plan(args: argparse.Namespace) -> StreamPlan:
     except PackError as error:
         raise StreamInputError(str(error)) from None
     device = parse_device(args.device, StreamInputError)
-    for option in ("json", "plot"):
-        path = getattr(args, option)
-        if path and not Path(path).resolve().parent.is_dir():
-            raise StreamInputError(f"--{option} {path}: the directory {Path(path).parent} does not exist")
-    if args.plot:
-        from slime_flashqla.bench.plot import matplotlib_missing
-
-        missing = matplotlib_missing()
-        if missing:
-            raise StreamInputError(f"--plot {args.plot}: {missing}")
+    outputs = output_paths(args, StreamInputError, ("json", "plot"))
     return StreamPlan(
         device=device,
         level=args.level,
@@ -221,6 +213,7 @@ def build_plan(args: argparse.Namespace) -> StreamPlan:
         seed=args.seed,
         cache_dir=args.cache_dir,
         timeout=args.timeout,
+        outputs=outputs,
     )
 
 
@@ -366,7 +359,7 @@ def summary_cells(summary: list[dict]) -> list[list[str]]:
 
 def plot_steps(steps: list[dict], path: str, title: str) -> str | None:
     """Step seconds against step, one line per variant (a panel per head config, log scale); why not, or None."""
-    from slime_flashqla.bench.plot import matplotlib_missing
+    from slime_flashqla.bench.plot import matplotlib_missing, save_figure
 
     missing = matplotlib_missing()
     if missing:
@@ -387,7 +380,7 @@ def plot_steps(steps: list[dict], path: str, title: str) -> str | None:
         ax.set_ylabel("seconds per step")
         ax.set_title(f"{title}, Hk/Hv {label}")
         ax.legend()
-    figure.savefig(path, dpi=110)
+    save_figure(figure, path, dpi=110)
     return None
 
 
@@ -449,7 +442,7 @@ def _refusal(problems: dict[str, str]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run `bench stream`; 0 when every variant ran, 1 when one failed, 2 for bad input."""
+    """Run `bench stream`; 0 when every variant ran, 1 when one (or the PNG) failed, 2 for bad input."""
     try:
         plan = build_plan(args)
     except StreamInputError as error:
@@ -506,10 +499,11 @@ def main(args: argparse.Namespace) -> int:
             ],
             "summary": summary,
         }
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        write_output(plan.outputs["json"], json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}")
     if args.plot:
-        problem = plot_steps(steps, args.plot, f"{plan.level} steps on {where}") if steps else "no steps to plot"
+        title = f"{plan.level} steps on {where}"
+        problem = plot_steps(steps, plan.outputs["plot"], title) if steps else "no steps to plot"
         if problem:
             print(f"bench stream: {problem}; no PNG written", file=sys.stderr)
             return 1

@@ -538,3 +538,32 @@ def test_command_line_names_the_module_of_a_dash_m_run(monkeypatch):
     assert report.command_line("slime_flashqla.bench.gdn") == expected
     monkeypatch.setattr(sys, "argv", ["/usr/bin/slime-flashqla", "bench", "gdn", "--plain"])
     assert report.command_line("slime_flashqla.bench.gdn") == "/usr/bin/slime-flashqla bench gdn --plain"
+
+
+@pytest.mark.parametrize(
+    ("option", "name", "words"),
+    [
+        ("--plot", "out", "the name must end in .png, .svg, .pdf"),  # matplotlib would write out.png
+        ("--plot", "x.png.", "the name must end in"),
+        ("--plot", "out.txt", "the name must end in"),
+        ("--json", "a-directory", "is a directory"),
+        ("--markdown", "a-directory", "is a directory"),
+    ],
+)
+def test_an_output_path_that_cannot_be_written_is_refused_before_the_run(tmp_path, option, name, words, capsys,
+                                                                        monkeypatch):  # fmt: skip
+    """A typo in an output path must not cost the run's results (issue 25 D5, D15)."""
+    monkeypatch.setattr(gdn, "run_plan", lambda *a: pytest.fail("ran despite an unwritable output path"))
+    (tmp_path / "a-directory").mkdir()
+    assert gdn.main(parse(*TINY, *TINY_TIMING, "--variants", "torch", option, str(tmp_path / name))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0] and err[0].startswith(f"bench gdn: {option} ")
+
+
+def test_the_plot_format_follows_the_name(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    svg = tmp_path / "gdn.svg"
+    argv = (*TINY, *TINY_TIMING, "--variants", "torch", "--levels", "kernel", "--modes", "fwd", "--plot", str(svg))
+    assert gdn.main(parse(*argv)) == 0
+    assert svg.read_text().lstrip().startswith("<?xml") and f"wrote {svg}" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == ["gdn.svg"]  # no temp file left beside it

@@ -256,3 +256,15 @@ def test_steps_reach_the_parent_while_the_worker_runs(tmp_path):
     assert [i for i, _, _ in seen] == [0, 1, 2]
     assert [s for _, s, _ in seen] == [step["seconds"] for step in result["steps"]]
     assert seen[0][2] <= os.path.getmtime(tmp_path / "r.json")  # step 0 arrived before the result was written
+
+
+@pytest.mark.parametrize(
+    ("option", "name", "words"), [("--plot", "steps", "must end in"), ("--json", "d", "directory")]
+)
+def test_an_output_path_that_cannot_be_written_is_refused_before_any_worker(tmp_path, option, name, words, capsys,
+                                                                          monkeypatch):  # fmt: skip
+    monkeypatch.setattr(stream, "run_worker", lambda *a: pytest.fail("a worker started"))
+    (tmp_path / "d").mkdir()
+    assert stream.main(parse(*TINY, option, str(tmp_path / name))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
