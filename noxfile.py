@@ -62,7 +62,7 @@ def install_fla_floor(session: nox.Session) -> dict[str, str]:
 @nox.session
 def tests(session: nox.Session) -> None:
     """CPU test suite: unit tests, real gloo processes, CLI; GPU and image tests excluded."""
-    install_runtime(session, "cli")
+    install_runtime(session, "cli", "plot")  # plot: the --plot tests draw real PNGs rather than skip
     env = install_fla_floor(session) if has_venv(session) else {}
     session.run(
         "python",
@@ -88,20 +88,29 @@ def ensure_test_tools(session: nox.Session) -> None:
 
 def visible_gpus(session: nox.Session) -> int:
     """How many CUDA devices torch sees from this environment's python."""
+    import shutil
     import subprocess
 
     probe = "import torch; print(torch.cuda.device_count())"
     done = subprocess.run(["python", "-c", probe], capture_output=True, text=True)
     if done.returncode:
+        python = shutil.which("python") or "python"
+        if "No module named 'torch'" in done.stderr:
+            # The README's test command in a venv of its own puts nox where the stack is not.
+            session.error(
+                f"gpu_tests runs in the environment nox is started from, and its python ({python}) has no torch: "
+                "install nox where the stack is installed (`python -m pip install -r env/nox.txt` with that "
+                "environment's python) and run `python -m nox -s gpu_tests` from it"
+            )
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        session.error(f"gpu_tests: this environment's python cannot report its GPUs ({last})")
+        session.error(f"gpu_tests: this environment's python ({python}) cannot report its GPUs ({last})")
     return int(done.stdout.strip().splitlines()[-1])
 
 
 @nox.session(python=False)
 def gpu_tests(session: nox.Session) -> None:
     """Parity and behaviour tests on this node's GPU, in the current environment; fails without a GPU."""
-    ensure_test_tools(session)
+    # First: nothing is pip-installed into an environment without the stack, or on a node without a GPU.
     if not visible_gpus(session):
         reason = "no GPU is visible (torch.cuda.device_count() is 0), so nothing here can be checked"
         if os.environ.get("SLIME_FLASHQLA_ALLOW_NO_GPU") == "1":
@@ -110,6 +119,7 @@ def gpu_tests(session: nox.Session) -> None:
             f"{reason}: run it on a GPU node (in a container: --gpus all), or set "
             "SLIME_FLASHQLA_ALLOW_NO_GPU=1 to skip where no GPU is expected (an image built on a GPU-less builder)"
         )
+    ensure_test_tools(session)
     session.run("python", "-m", "pytest", str(ROOT / "tests"), "-m", "gpu", "-rs", *session.posargs)
 
 

@@ -26,7 +26,8 @@ Create (or update) the slime-flashqla training environment at DIR.
       --recreate     remove an existing environment at DIR first
       --tool TOOL    conda, mamba or micromamba (default: first found of
                      mamba, micromamba, conda)
-      --dry-run      print the commands instead of running them
+      --dry-run      print the commands instead of running them (needs no conda:
+                     without one on PATH the plan uses conda)
   -h, --help         show this help
 
 Without a visible GPU (no working nvidia-smi) it sets CONDA_OVERRIDE_CUDA to the
@@ -101,7 +102,12 @@ if [[ -z "$tool" ]]; then
       break
     fi
   done
-  [[ -n "$tool" ]] || die "none of mamba, micromamba, conda is on PATH: install Miniforge first (see docs/en/conda.md)"
+  if [[ -z "$tool" ]]; then
+    ((dry_run)) || die "none of mamba, micromamba, conda is on PATH: install Miniforge first (see docs/en/conda.md)"
+    # The plan can be reviewed before any conda is installed: show it as conda would run it.
+    tool=conda
+    printf 'create_env.sh: note: none of mamba, micromamba, conda is on PATH; the plan below uses conda (install Miniforge to run it)\n' >&2
+  fi
 fi
 case "$tool" in
   conda | mamba | micromamba) ;;
@@ -197,4 +203,6 @@ else
     $prefix/bin/slime-flashqla doctor ${requires[*]}"
 fi
 run "${doctor[@]}"
-log "done: activate with '$tool activate $prefix'"
+train_with=fla
+((with_flashqla)) && train_with=flashqla
+log "done: activate with '$tool activate $prefix'; train with --qwen-gdn-backend $train_with"

@@ -1,4 +1,4 @@
-"""The node report behind `slime-flashqla doctor`: versions, GPU, backends, FlashQLA, warnings."""
+"""The node report behind `slime-flashqla doctor`: versions, GPU, backends, FlashQLA, warnings and notes."""
 
 from __future__ import annotations
 
@@ -85,13 +85,20 @@ def known_problems(report: dict) -> list[str]:
             f"the NVIDIA driver supports CUDA {report['driver_cuda']} but PyTorch is built for CUDA "
             f"{report['torch_cuda']}: upgrade the driver (CUDA 12.8 needs driver >= 570)"
         )
+    return warnings
+
+
+def report_notes(report: dict) -> list[str]:
+    """Facts of this environment worth knowing that ask nothing of the user (unlike `known_problems`)."""
+    notes = []
     if report["fla_forwards_to_flashqla"]:
-        warnings.append(
+        # What `pip install ./runtime[flashqla]` itself sets up (FLA 0.6 with flash-qla): no fix is wanted.
+        notes.append(
             "FLA's public chunk_gated_delta_rule forwards to FlashQLA in this environment (FLA >= 0.6 with "
             "flash_qla installed; FLA_FLASH_QLA=0 turns it off): code calling FLA directly may not run FLA's "
             "kernels. slime-flashqla's 'fla' backend bypasses the forwarding."
         )
-    return warnings
+    return notes
 
 
 def collect_report() -> dict:
@@ -134,14 +141,20 @@ def collect_report() -> dict:
             "inference_ok": inference_ok,
             "support": support_line(installed_version("flash_qla")),
         },
-        "fla_kernel": (
-            "FLA's own kernels (slime-flashqla calls FLA past its FlashQLA forwarding)"
-            if is_installed("fla")
-            else "none: flash-linear-attention is not installed"
-        ),
+        "fla_kernel": _fla_kernel(backends["fla"]["available"]),
         "auto": {"backend": choice.backend, "reason": choice.reason, "for": "bf16 training, K=V=128"},
         "fla_forwards_to_flashqla": fla_forwards_to_flashqla(),
         "tilelang_cache_dir": str(tilelang_cache_dir()),
     }
     report["warnings"] = known_problems(report)
+    report["notes"] = report_notes(report)
     return report
+
+
+def _fla_kernel(fla_usable: bool) -> str:
+    """What the `fla` backend runs here, in agreement with its availability."""
+    if not is_installed("fla"):
+        return "none: flash-linear-attention is not installed"
+    if not fla_usable:
+        return "nothing here: the fla backend is unusable (see its row)"
+    return "FLA's own kernels (slime-flashqla calls FLA past its FlashQLA forwarding)"

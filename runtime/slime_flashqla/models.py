@@ -48,9 +48,14 @@ def parse_heads(text: str) -> HeadConfig:
         hk, hv = (int(part) for part in text.split("/"))
     except ValueError:
         raise ValueError(f"head configuration {text!r} is not of the form Hk/Hv, e.g. 16/32") from None
-    if hk <= 0 or hv <= 0 or hv % hk:
-        raise ValueError(f"head configuration {text!r}: Hv must be a positive multiple of Hk")
-    return HeadConfig(hk, hv)
+    return checked_heads(hk, hv, f"head configuration {text!r}")
+
+
+def checked_heads(key_heads: int, value_heads: int, what: str) -> HeadConfig:
+    """HeadConfig(key_heads, value_heads), or a ValueError naming `what` unless Hv is a positive multiple of Hk."""
+    if key_heads <= 0 or value_heads <= 0 or value_heads % key_heads:
+        raise ValueError(f"{what}: Hv must be a positive multiple of Hk, got {key_heads}/{value_heads}")
+    return HeadConfig(key_heads, value_heads)
 
 
 def split_for_tp(heads: HeadConfig, tp: int) -> HeadConfig:
@@ -61,17 +66,29 @@ def split_for_tp(heads: HeadConfig, tp: int) -> HeadConfig:
 
 
 def model_heads(name_or_config: str) -> HeadConfig:
-    """Heads of a named model or of a Hugging Face config.json path."""
+    """Heads of a named model or of a Hugging Face config.json path, checked as `parse_heads` checks them."""
     if name_or_config in MODEL_HEADS:
         return HeadConfig(*MODEL_HEADS[name_or_config])
     path = Path(name_or_config)
-    if path.is_file():
+    if not path.is_file():
+        raise ValueError(
+            f"unknown model {name_or_config!r}: use one of {', '.join(MODEL_HEADS)} or a path to the model's "
+            "config.json"
+        )
+    try:
         config = json.loads(path.read_text())
-        config = config.get("text_config", config)
-        try:
-            return HeadConfig(int(config["linear_num_key_heads"]), int(config["linear_num_value_heads"]))
-        except KeyError as missing:
-            raise ValueError(f"{path} has no {missing} (not a Qwen GDN model config)") from None
-    raise ValueError(
-        f"unknown model {name_or_config!r}: use one of {', '.join(MODEL_HEADS)} or a path to the model's config.json"
-    )
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error})") from None
+    if isinstance(config, dict):
+        config = config.get("text_config", config)  # Qwen3.5 nests the language model's config
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is not a JSON object of a model config")
+    counts = []
+    for key in ("linear_num_key_heads", "linear_num_value_heads"):
+        if key not in config:
+            raise ValueError(f"{path} has no {key!r} (not a Qwen GDN model config)")
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{path}: {key} must be a whole number, got {value!r}")
+        counts.append(value)
+    return checked_heads(*counts, f"{path}")

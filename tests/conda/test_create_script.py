@@ -156,3 +156,27 @@ def test_refuses_a_directory_that_is_not_an_environment(tmp_path):
     assert result.returncode == 2
     assert "not a conda environment" in result.stderr
     assert (prefix / "keep.txt").exists()
+
+
+def test_dry_run_plans_without_any_conda_installed(tmp_path):
+    """docs/en/conda.md offers --dry-run to review the plan first: it must not need conda to print it."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for tool in ("bash", "sed", "ls", "dirname"):  # what the script runs besides builtins: no conda, mamba, micromamba
+        (tools / tool).symlink_to(shutil.which(tool))
+    (tools / "nvidia-smi").write_text("#!/bin/sh\nexit 9\n")
+    (tools / "nvidia-smi").chmod(0o755)
+    prefix = tmp_path / "env"
+    done = subprocess.run(
+        [str(tools / "bash"), str(SCRIPT), "--prefix", str(prefix), "--dry-run"],
+        capture_output=True, text=True, timeout=60, env={"PATH": str(tools)},
+    )  # fmt: skip
+    steps = planned(done)
+    assert steps[0] == f"conda env create --prefix {prefix} --file {ROOT / 'env' / 'conda' / 'environment.yml'}"
+    assert "none of mamba, micromamba, conda is on PATH" in done.stderr and "Miniforge" in done.stderr
+    without_dry_run = subprocess.run(
+        [str(tools / "bash"), str(SCRIPT), "--prefix", str(prefix)],
+        capture_output=True, text=True, timeout=60, env={"PATH": str(tools)},
+    )  # fmt: skip
+    assert without_dry_run.returncode == 2 and "install Miniforge first" in without_dry_run.stderr
+    assert not prefix.exists()

@@ -73,3 +73,13 @@ def test_image_sessions_skip_where_the_base_image_cannot_be_pulled():
     )
     assert required.returncode == 1
     assert "cannot be pulled" in required.stderr
+
+
+def test_gpu_tests_from_an_environment_without_torch_says_where_nox_must_live(tmp_path):
+    """The README's test command in a venv of its own: gpu_tests needs nox beside the stack, and says so."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True, timeout=120)
+    bare_bin = tmp_path / "bare" / "bin"
+    done = nox("gpu_tests", path=f"{bare_bin}{os.pathsep}{os.environ['PATH']}")
+    assert done.returncode == 1, done.stderr
+    assert f"its python ({bare_bin / 'python'}) has no torch" in done.stderr
+    assert "python -m pip install -r env/nox.txt" in done.stderr and "No module named pip" not in done.stderr

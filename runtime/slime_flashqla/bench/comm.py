@@ -2,21 +2,26 @@
 
 On a GPU node:  torchrun --nproc-per-node 2 -m slime_flashqla.bench.comm --backend nccl --json comm.json
 On a CPU box:   python -m slime_flashqla.bench.comm --backend gloo --nproc 2 --json comm.json
-(or `slime-flashqla bench comm ...`).  Rank 0 prints a Markdown table and writes the JSON.
+(or `slime-flashqla bench comm ...`).  Rank 0 prints the tables (rich, or --plain text) and writes
+the JSON (--json) and the tables as Markdown (--markdown).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import re
 import socket
 import statistics
 import sys
+import tempfile
 import time
 import warnings
 from datetime import UTC, datetime
+from pathlib import Path
 
 VARIANTS = ("unwrapped", "always", "whitelist", "first-use", "off")
 # The default policy with the ProcessGroup methods wrapped too (`install(methods=True)`): a
@@ -42,21 +47,35 @@ DEFAULT_SIZES = (4 * 1024, 64 * 1024 * 1024)
 # ~0.1 s per 64 MB collective: fewer large iterations there.
 DEFAULT_ITERS = {"nccl": (50, 10), "gloo": (20, 2)}
 DEFAULT_ROUNDS = {"nccl": 40, "gloo": 5}
+# What Gloo prints on every rank once its connections are up (torch 2.8): not a result, not an error.
+GLOO_CHATTER = re.compile(rb"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks\.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the benchmark's options to parser."""
     parser.add_argument("--backend", choices=("nccl", "gloo"), help="default: nccl with CUDA, else gloo")
     parser.add_argument("--json", metavar="PATH", help="write all numbers (rank 0) to this JSON file")
-    parser.add_argument("--nproc", type=int, default=2, help="ranks to start here when not under torchrun")
-    parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), metavar="OP", help=", ".join(OPS))
+    parser.add_argument("--markdown", metavar="PATH", help="write the tables (rank 0) as Markdown to this file")
+    parser.add_argument("--plain", action="store_true", help="plain-text tables even with rich")
+    parser.add_argument("--nproc", type=int, default=2, help="ranks to start here when not under torchrun (default 2)")
     parser.add_argument(
-        "--sizes", nargs="+", type=_size, default=list(DEFAULT_SIZES), help="message sizes, e.g. 4K 64M"
+        "--ops", nargs="+", choices=OPS, default=list(OPS), metavar="OP", help=f"{', '.join(OPS)} (default all)"
+    )
+    parser.add_argument(
+        "--sizes",
+        nargs="+",
+        type=_size,
+        default=list(DEFAULT_SIZES),
+        help="message sizes, e.g. 4K 64M (default 4K 64M)",
     )
     parser.add_argument("--rounds", type=int, help="interleaved rounds over the variants (default: nccl 40, gloo 5)")
-    parser.add_argument("--iters-small", type=int, help="calls per timed block for sizes < 1 MiB")
-    parser.add_argument("--iters-large", type=int, help="calls per timed block for sizes >= 1 MiB")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed calls before each timed block")
+    parser.add_argument(
+        "--iters-small", type=int, help="calls per timed block for sizes < 1 MiB (default: nccl 50, gloo 20)"
+    )
+    parser.add_argument(
+        "--iters-large", type=int, help="calls per timed block for sizes >= 1 MiB (default: nccl 10, gloo 2)"
+    )
+    parser.add_argument("--warmup", type=int, default=5, help="untimed calls before each timed block (default 5)")
 
 
 def _size(text: str) -> int:
@@ -311,25 +330,71 @@ def run_rank(args: argparse.Namespace) -> dict | None:
     }
 
 
+def table_cells(report: dict, mode: str) -> tuple[list[str], list[list[str]]]:
+    """Headers and cells of one timing mode's table: a row per op and size, a ratio column per variant."""
+    shown = [v for v in TIMED if v != "unwrapped"]
+    headers = ["op", "size", "unwrapped (us)", *(f"{v} (x)" for v in shown)]
+    cells = [
+        [
+            r["op"],
+            _human(r["bytes"]) if r["bytes"] else "-",
+            f"{r['median_us'][mode]['unwrapped']:.1f}",
+            *(f"{r['ratio'][mode][v]:.3f}" for v in shown),
+        ]
+        for r in report["rows"]
+    ]
+    return headers, cells
+
+
+RATIO_NOTE = "(x): median over rounds of each variant's time / the unwrapped time of the same round"
+
+
 def format_table(report: dict) -> str:
     """Render the report as Markdown: per timing mode one row per op and size, one column per variant."""
-    shown = [v for v in TIMED if v != "unwrapped"]
-    lines = ["(x): median over rounds of each variant's time / the unwrapped time of the same round", ""]
+    from slime_flashqla.bench.report import markdown_table
+
+    lines = [RATIO_NOTE, ""]
     for mode in MODES:
-        lines.append(f"{mode}:")
-        lines.append("")
-        lines.append("| op | size | unwrapped (us) | " + " | ".join(f"{v} (x)" for v in shown) + " |")
-        lines.append("|" + " --- |" * (3 + len(shown)))
-        for r in report["rows"]:
-            ratios = " | ".join(f"{r['ratio'][mode][v]:.3f}" for v in shown)
-            size = _human(r["bytes"]) if r["bytes"] else "-"
-            lines.append(f"| {r['op']} | {size} | {r['median_us'][mode]['unwrapped']:.1f} | {ratios} |")
-        lines.append("")
-    lines.append("| wrapper alone | us per call |")
-    lines.append("| --- | --- |")
-    for label, us in report["wrapper_overhead_us"].items():
-        lines.append(f"| {label} | {us:.3f} |")
+        lines += [f"{mode}:", "", *markdown_table(*table_cells(report, mode)), ""]
+    overhead = [[label, f"{us:.3f}"] for label, us in report["wrapper_overhead_us"].items()]
+    lines += markdown_table(["wrapper alone", "us per call"], overhead)
     return "\n".join(lines)
+
+
+def print_report(report: dict, plain: bool) -> None:
+    """Print the tables as the other benchmarks do: rich tables, or aligned plain text."""
+    from slime_flashqla.bench.report import print_table, rich_console
+
+    console = rich_console(plain)
+    for mode in MODES:
+        print_table(console, f"{mode} ({report['meta']['backend']}, {report['meta']['world_size']} ranks)",
+                    *table_cells(report, mode))  # fmt: skip
+    print(RATIO_NOTE)
+    overhead = [[label, f"{us:.3f}"] for label, us in report["wrapper_overhead_us"].items()]
+    print_table(console, "the guard's wrapper alone", ("path", "us per call"), overhead)
+
+
+@contextlib.contextmanager
+def without_gloo_chatter():
+    """Hold back what the process prints on fds 1 and 2 meanwhile, then let through all but Gloo's connect lines."""
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    with tempfile.TemporaryFile() as held:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd in saved:
+            os.dup2(held.fileno(), fd)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
+            held.seek(0)
+            kept = [line for line in held.read().splitlines(keepends=True) if not GLOO_CHATTER.match(line)]
+            # Both streams were one file meanwhile: what is kept goes to stderr, where diagnostics belong.
+            os.write(2, b"".join(kept))
 
 
 def _worker(local_rank: int, args: argparse.Namespace, world: int) -> None:
@@ -345,17 +410,21 @@ def _run_initialized(args: argparse.Namespace) -> None:
 
     if args.backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(args.backend)
+    with without_gloo_chatter():
+        dist.init_process_group(args.backend)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # all_gather_into_tensor's deprecation notice
             report = run_rank(args)
         if report is not None:
-            print(format_table(report))
+            print_report(report, getattr(args, "plain", False))
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(report, f, indent=1)
                 print(f"wrote {args.json}")
+            if getattr(args, "markdown", None):
+                Path(args.markdown).write_text(format_table(report) + "\n")
+                print(f"wrote {args.markdown}")
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -36,7 +36,7 @@ from slime_flashqla.bench.gdn_shapes import (
     parse_heads,
     parse_shapes,
 )
-from slime_flashqla.bench.options import check_at_least, parse_device
+from slime_flashqla.bench.options import check_bounds, check_seed, output_paths, parse_device, write_output
 from slime_flashqla.bench.report import environment, print_table, rich_console
 from slime_flashqla.bench.variants import (
     DEFAULT_VARIANTS,
@@ -57,6 +57,7 @@ BASELINE = "fla-repeat"
 AUTO_TARGET = 1.03  # auto should be within 3% of the fastest variant of its group
 DTYPES = ("bfloat16", "float16", "float32")
 TIMINGS = ("device", "queued")
+MAX_CALLS = 100_000  # timed or warm-up calls per row: more is a run of days, not a benchmark
 
 
 class BenchInputError(ValueError):
@@ -165,9 +166,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument("--head-dim", type=int, default=128, help="K = V head size (default 128)")
     parser.add_argument("--hidden-size", type=int, default=2048, help="layer hidden size (default 2048, Qwen3-Next)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed calls before timing (default 5)")
     parser.add_argument(
-        "--iters", type=int, default=30, help="timed calls per variant; the median is reported (default 30)"
+        "--warmup", type=int, default=5, help=f"untimed calls before timing, at most {MAX_CALLS} (default 5)"
+    )
+    parser.add_argument(
+        "--iters",
+        type=int,
+        default=30,
+        help=f"timed calls per variant, 1 to {MAX_CALLS}; the median is reported (default 30)",
     )
     parser.add_argument(
         "--rounds",
@@ -183,7 +189,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="GPU timing: device = the device's time per call, the host held ahead by a spin kernel, with the "
         "host's time per call beside it (default); queued = events around calls issued at the host's pace",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs and layer weights")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the random inputs and layer weights, 0 to 2**64-1 (default 0)"
+    )
     parser.add_argument(
         "--skip-unavailable",
         action="store_true",
@@ -227,14 +235,15 @@ def build_plan(args: argparse.Namespace) -> Plan:
     except ShapeError as error:
         raise BenchInputError(str(error)) from error
     names = list(VARIANTS) if args.variants.strip() == "all" else _choose(args.variants, tuple(VARIANTS), "variant")
-    check_at_least(
+    check_bounds(
         BenchInputError,
-        ("--iters", args.iters, 1),
-        ("--rounds", args.rounds, 1),
-        ("--warmup", args.warmup, 0),
-        ("--head-dim", args.head_dim, 1),
-        ("--hidden-size", args.hidden_size, 1),
+        ("--iters", args.iters, 1, MAX_CALLS),
+        ("--rounds", args.rounds, 1, MAX_CALLS),
+        ("--warmup", args.warmup, 0, MAX_CALLS),
+        ("--head-dim", args.head_dim, 1, None),
+        ("--hidden-size", args.hidden_size, 1, None),
     )
+    check_seed(BenchInputError, args.seed)
     device = parse_device(args.device, BenchInputError)
     return Plan(
         device=device,
@@ -537,11 +546,9 @@ def _progress(total: int, console):
         yield lambda row: bar.update(task, advance=1, description=describe(row))
 
 
-def _check_output_paths(args) -> None:
-    for option in ("json", "markdown", "plot"):
-        path = getattr(args, option)
-        if path and not Path(path).resolve().parent.is_dir():
-            raise BenchInputError(f"--{option} {path}: the directory {Path(path).parent} does not exist")
+def _unavailable(problems: dict[tuple[str, str], str]) -> str:
+    """The variants that cannot run and why, in one line."""
+    return "; ".join(f"{variant} ({mode}): {reason}" for (variant, mode), reason in problems.items())
 
 
 def _print_plan(plan: Plan, problems: dict) -> None:
@@ -571,7 +578,7 @@ def _print_plan(plan: Plan, problems: dict) -> None:
                 print(f"  auto {heads.label} {mode} -> {choice.backend}: {choice.reason}")
 
 
-def _write_json(path: str, rows: list[Row], plan: Plan, env: dict, *, complete: bool) -> None:
+def _write_json(path: Path, rows: list[Row], plan: Plan, env: dict, *, complete: bool) -> None:
     """Write the report; `complete` is False while the run is still going (speedups are then missing)."""
     report = {
         "complete": complete,
@@ -580,35 +587,28 @@ def _write_json(path: str, rows: list[Row], plan: Plan, env: dict, *, complete: 
         "rows": [dataclasses.asdict(row) for row in rows],
         "auto": auto_summary(rows) if complete else [],
     }
-    Path(path).write_text(json.dumps(report, indent=2) + "\n")
+    write_output(path, json.dumps(report, indent=2) + "\n")
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run `bench gdn`; 0 when every row ran, 1 when a row failed, 2 for bad input or unavailable variants."""
+    """Run `bench gdn`; 0 when every row ran, 1 when a row or the PNG failed, 2 for bad input or unusable variants."""
     try:
         plan = build_plan(args)
-        _check_output_paths(args)
+        outputs = output_paths(args, BenchInputError, ("json", "markdown", "plot"))
     except BenchInputError as error:
         print(f"bench gdn: {error}", file=sys.stderr)
         return 2
     problems = find_problems(plan)
-    if problems and not args.skip_unavailable:
-        print("bench gdn: these variants cannot run on this machine:", file=sys.stderr)
-        for (variant, mode), reason in problems.items():
-            print(f"  {variant} ({mode}): {reason}", file=sys.stderr)
-        print("pass --skip-unavailable to benchmark the others, or choose --variants", file=sys.stderr)
-        return 2
     if len(problems) == len(plan.variants) * len(plan.modes):
-        print("bench gdn: no variant can run on this machine:", file=sys.stderr)
-        for (variant, mode), reason in problems.items():
-            print(f"  {variant} ({mode}): {reason}", file=sys.stderr)
+        print(f"bench gdn: no variant can run on this machine: {_unavailable(problems)}", file=sys.stderr)
         return 2
-    if args.plot:
-        from slime_flashqla.bench.plot import matplotlib_missing
-
-        missing = matplotlib_missing()
-        if missing:
-            print(f"bench gdn: {missing}; no PNG will be written", file=sys.stderr)
+    if problems and not args.skip_unavailable:
+        print(
+            f"bench gdn: these variants cannot run on this machine: {_unavailable(problems)}; "
+            "pass --skip-unavailable to benchmark the others, or choose --variants",
+            file=sys.stderr,
+        )
+        return 2
     _print_plan(plan, problems)
     if plan.device.type == "cuda" and plan.iters < 20:
         print(f"bench gdn: note: --iters {plan.iters} < 20 timed calls per row; the medians will be noisy")
@@ -628,7 +628,7 @@ def main(args: argparse.Namespace) -> int:
             progress(row)
             if args.json:  # rows so far survive a run that is killed (a time limit) before the end
                 done.append(row)
-                _write_json(args.json, done, plan, env, complete=False)
+                _write_json(outputs["json"], done, plan, env, complete=False)
 
         rows = run_plan(plan, problems, on_row)
     add_speedups(rows)
@@ -643,21 +643,24 @@ def main(args: argparse.Namespace) -> int:
     if skipped_cells(rows):
         print_table(console, "skipped variants", ("variant", "mode", "reason"), skipped_cells(rows))
     if args.json:
-        _write_json(args.json, rows, plan, env, complete=True)
+        _write_json(outputs["json"], rows, plan, env, complete=True)
         print(f"wrote {args.json}")
     if args.markdown:
-        Path(args.markdown).write_text(markdown_report(rows, summary, env, plan))
+        write_output(outputs["markdown"], markdown_report(rows, summary, env, plan))
         print(f"wrote {args.markdown}")
+    problem = None
     if args.plot:
         from slime_flashqla.bench.plot import plot_rows
 
-        problem = plot_rows([dataclasses.asdict(row) for row in rows], args.plot, args.plot_metric, title=where)
-        print(f"bench gdn: {problem}; no PNG written" if problem else f"wrote {args.plot}")
+        problem = plot_rows([dataclasses.asdict(row) for row in rows], outputs["plot"], args.plot_metric, title=where)
+        if problem:  # nothing measured to draw: the PNG asked for is not written, and the exit status says so
+            print(f"bench gdn: {problem}; no PNG written", file=sys.stderr)
+        else:
+            print(f"wrote {args.plot}")
     failed = [row for row in rows if row.status == "error"]
     if failed:
         print(f"bench gdn: {len(failed)} row(s) failed; see the ERROR notes", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if failed or problem else 0
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,13 +4,16 @@ A shape is a list of sequence lengths packed into one batch with cu_seqlens.  It
 written as terms joined by `+`; a term is `N` (one sequence of N tokens) or `AxB`
 (B sequences of A tokens, FlashQLA's `8192x4`).  FlashQLA's benchmark also labels one
 sequence as `1x32768`, so a leading 1 (`1xN`) means one sequence of N tokens: a batch
-of N one-token sequences is never what a GDN benchmark wants.
+of N one-token sequences is never what a GDN benchmark wants.  A shape holds at most
+2**31-1 tokens (cu_seqlens are int32) and 2**20 sequences.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from slime_flashqla.bench.options import MAX_TOKENS
 
 # FlashQLA's own H200 benchmark set, plus an uneven short pack and a 32k two-sequence pack.
 ALL_SHAPES = (
@@ -31,6 +34,8 @@ DEFAULT_HEADS = ("16/32", "8/16", "4/8", "2/4")
 TP_HEADS = ("16/64", "16/48", "16/32", "8/32", "8/16", "4/16", "4/8", "2/8", "2/4")
 
 _TERM = re.compile(r"^(\d+)(?:x(\d+))?$")
+# A shape's lengths are a Python list and its cu_seqlens a tensor of as many offsets + 1.
+MAX_SEQUENCES = 2**20
 
 
 class ShapeError(ValueError):
@@ -81,15 +86,20 @@ def _term_lengths(term: str, text: str) -> list[int]:
     if match is None:
         raise ShapeError(f"bad shape {text!r}: {term!r} is not N or AxB (e.g. 1x32768, 8192x4, 28672+4096, 1000+3096)")
     first, count = int(match.group(1)), match.group(2)
-    if count is None:
-        lengths = [first]
-    elif first == 1:
-        lengths = [int(count)]  # FlashQLA's 1xN: one sequence of N tokens
+    if count is None or first == 1:  # N, or FlashQLA's 1xN: one sequence of N tokens
+        length, sequences = (first if count is None else int(count)), 1
     else:
-        lengths = [first] * int(count)
-    if not lengths or min(lengths) <= 0:
+        length, sequences = first, int(count)
+    if length <= 0 or sequences <= 0:
         raise ShapeError(f"bad shape {text!r}: {term!r} has an empty sequence or a zero count")
-    return lengths
+    # Bounded before the list is built: `2x100000000000` must not allocate first.
+    if length * sequences > MAX_TOKENS:
+        raise ShapeError(
+            f"bad shape {text!r}: {term!r} holds {length * sequences} tokens; at most {MAX_TOKENS} (int32 cu_seqlens)"
+        )
+    if sequences > MAX_SEQUENCES:
+        raise ShapeError(f"bad shape {text!r}: {term!r} holds {sequences} sequences; at most {MAX_SEQUENCES}")
+    return [length] * sequences
 
 
 def parse_shape(text: str) -> ShapeSpec:
@@ -100,6 +110,10 @@ def parse_shape(text: str) -> ShapeSpec:
     lengths: list[int] = []
     for term in label.split("+"):
         lengths += _term_lengths(term, text)
+        if sum(lengths) > MAX_TOKENS or len(lengths) > MAX_SEQUENCES:
+            raise ShapeError(
+                f"bad shape {text!r}: more than {MAX_TOKENS} tokens (int32 cu_seqlens) or {MAX_SEQUENCES} sequences"
+            )
     return ShapeSpec(label, tuple(lengths))
 
 

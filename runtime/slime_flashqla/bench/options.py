@@ -1,6 +1,16 @@
-"""Command-line values the benchmarks share: the device, and lower bounds of counts."""
+"""Command-line values the benchmarks share: the device, and the bounds of counts, sizes and seeds."""
 
 from __future__ import annotations
+
+import math
+from pathlib import Path
+
+# The benchmarks pack sequences with int32 cu_seqlens, as slime does: no batch may hold more tokens.
+MAX_TOKENS = 2**31 - 1
+# torch.Generator.manual_seed takes an unsigned 64-bit seed (random.Random any integer).
+MAX_SEED = 2**64 - 1
+# The formats --plot writes, by the name's suffix (matplotlib would add `.png` to any other name).
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def parse_device(text: str | None, error_type: type[Exception]):
@@ -28,8 +38,47 @@ def parse_device(text: str | None, error_type: type[Exception]):
     return torch.device("cuda", index)
 
 
-def check_at_least(error: type[Exception], *bounds: tuple[str, float, float]) -> None:
-    """Raise `error` for the first (option, value, lowest) whose value is below its lowest."""
-    for name, value, low in bounds:
+def check_bounds(error: type[Exception], *bounds: tuple[str, float, float, float | None]) -> None:
+    """Raise `error` for the first (option, value, lowest, highest or None) that is not finite or out of range."""
+    for name, value, low, high in bounds:
+        if isinstance(value, float) and not math.isfinite(value):  # an int is finite, however large
+            raise error(f"{name} must be a finite number, got {value}")
         if value < low:
             raise error(f"{name} must be >= {low}, got {value}")
+        if high is not None and value > high:
+            raise error(f"{name} must be <= {high}, got {value}")
+
+
+def check_seed(error: type[Exception], seed: int) -> None:
+    """Raise `error` unless `seed` fits torch's generator (0 to 2**64-1)."""
+    check_bounds(error, ("--seed", seed, 0, MAX_SEED))
+
+
+def output_paths(args, error: type[Exception], options: tuple[str, ...]) -> dict[str, Path]:
+    """{option: the file it writes} of each output option given, each checked before any work starts."""
+    from slime_flashqla.cli.output_paths import OutputPathError, check_output_path
+
+    paths = {}
+    for option in options:
+        value = getattr(args, option, None)
+        if value is None:
+            continue
+        suffixes = PLOT_SUFFIXES if option == "plot" else None
+        try:
+            paths[option] = check_output_path(value, what=f"--{option}", suffixes=suffixes)
+        except OutputPathError as refused:
+            raise error(str(refused)) from None
+    if "plot" in paths:
+        from slime_flashqla.bench.plot import matplotlib_missing
+
+        missing = matplotlib_missing()
+        if missing:  # refused before the run: a PNG asked for is written, or nothing runs
+            raise error(f"--plot {args.plot}: {missing}")
+    return paths
+
+
+def write_output(path: Path, text: str) -> None:
+    """Publish `text` at `path` whole (a temp file renamed onto it), as every benchmark output is written."""
+    from slime_flashqla.cli.output_paths import publish_atomically
+
+    publish_atomically(path, lambda temp: temp.write_text(text))

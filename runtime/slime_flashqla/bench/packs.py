@@ -17,8 +17,29 @@ import math
 import random
 from dataclasses import dataclass
 
+from slime_flashqla.bench.options import MAX_TOKENS
+
 DISTRIBUTIONS = ("lognormal", "pareto")
 MISSES = 3  # rollouts in a row that do not fit before a pack is closed
+DEFAULT_MIN_LEN = 32
+DEFAULT_MEDIAN_LEN = 1024
+# Rollouts are drawn one by one in Python: a budget above this many median sequences would take
+# minutes to pack per step (real RL packs hold tens to hundreds).
+MAX_PACK_SEQUENCES = 4096
+# Where drawing stays finite: exp() of a wider log-normal, or a pareto tail index below 0.1
+# raised to its power, overflows a float.
+MAX_SIGMA = 10.0
+MIN_ALPHA = 0.1
+
+
+def derived_lengths(max_tokens: int, min_len: int | None = None, median_len: int | None = None) -> tuple[int, int]:
+    """(min_len, median_len): those given, else defaults that fit `max_tokens` (32 and 1024 at 32768 and up)."""
+    if min_len is None:
+        min_len = min(DEFAULT_MIN_LEN, max_tokens)
+    if median_len is None:
+        # An eighth of the budget, as `warmup`'s stream sample takes it, between min_len and 1024.
+        median_len = min(DEFAULT_MEDIAN_LEN, max(min_len, max_tokens // 8))
+    return min_len, median_len
 
 
 class PackError(ValueError):
@@ -30,8 +51,8 @@ class PackDistribution:
     """Sequence lengths and pack sizes of an RL-like stream; `packs(n)` draws n packs."""
 
     max_tokens: int = 32768  # the pack budget's upper end: no pack holds more
-    min_len: int = 32  # the shortest sequence (a few dozen tokens: a short answer)
-    median_len: int = 1024  # the typical sequence
+    min_len: int = DEFAULT_MIN_LEN  # the shortest sequence (a few dozen tokens: a short answer)
+    median_len: int = DEFAULT_MEDIAN_LEN  # the typical sequence
     sigma: float = 1.2  # log-normal spread: larger = longer tail (ignored by pareto)
     alpha: float = 1.2  # pareto tail index: smaller = longer tail (ignored by lognormal)
     min_fill: float = 0.25  # each step's budget is uniform in [min_fill, 1] x max_tokens
@@ -43,6 +64,8 @@ class PackDistribution:
             raise PackError(f"unknown pack distribution {self.dist!r}; choose from {', '.join(DISTRIBUTIONS)}")
         if self.min_len < 1:
             raise PackError(f"the shortest sequence must be >= 1 token, got {self.min_len}")
+        if self.max_tokens > MAX_TOKENS:
+            raise PackError(f"--max-tokens must be <= {MAX_TOKENS} (cu_seqlens are int32), got {self.max_tokens}")
         if self.max_tokens < self.min_len:
             raise PackError(f"--max-tokens {self.max_tokens} is below the shortest sequence ({self.min_len} tokens)")
         if not self.min_len <= self.median_len <= self.max_tokens:
@@ -50,10 +73,18 @@ class PackDistribution:
                 f"the median sequence ({self.median_len}) must lie between --min-len {self.min_len} "
                 f"and --max-tokens {self.max_tokens}"
             )
+        if self.max_tokens > MAX_PACK_SEQUENCES * self.median_len:
+            raise PackError(
+                f"--max-tokens {self.max_tokens} is more than {MAX_PACK_SEQUENCES} x the median sequence "
+                f"({self.median_len}): packs of thousands of sequences; raise --median-len"
+            )
+        # `not a <= x` (rather than `x < a`) also refuses nan.
         if not 0 < self.min_fill <= 1:
             raise PackError(f"--min-fill must be in (0, 1], got {self.min_fill}")
-        if not (self.sigma > 0 and self.alpha > 0):
-            raise PackError(f"sigma and alpha must be > 0, got sigma={self.sigma}, alpha={self.alpha}")
+        if not 0 < self.sigma <= MAX_SIGMA:
+            raise PackError(f"--sigma must be in (0, {MAX_SIGMA:g}], got {self.sigma}")
+        if not (self.alpha >= MIN_ALPHA and math.isfinite(self.alpha)):
+            raise PackError(f"--alpha must be a finite number >= {MIN_ALPHA:g}, got {self.alpha}")
 
     def _length(self, rng: random.Random) -> int:
         if self.dist == "lognormal":

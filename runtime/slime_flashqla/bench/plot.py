@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 
 def matplotlib_missing() -> str | None:
@@ -10,8 +11,16 @@ def matplotlib_missing() -> str | None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return "matplotlib is not installed (pip install matplotlib)"
+        return "matplotlib is not installed: pip install matplotlib (or the package's `plot` extra)"
     return None
+
+
+def save_figure(figure, path, dpi: int) -> None:
+    """Publish `figure` at `path` whole, in the format its suffix names (the temp file's suffix says nothing)."""
+    from slime_flashqla.cli.output_paths import publish_atomically
+
+    fmt = Path(path).suffix.lstrip(".").lower()
+    publish_atomically(path, lambda temp: figure.savefig(temp, format=fmt, dpi=dpi))
 
 
 def _ordered(items) -> list:
@@ -69,5 +78,5 @@ def plot_rows(rows: list[dict], path: str, metric: str = "speedup", title: str =
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path, dpi=120)
     return None

@@ -9,6 +9,7 @@ the libraries' own hooks and logs: kernels/compile_log.py). Every variant runs t
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -21,9 +22,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slime_flashqla.bench.gdn_shapes import HeadConfig, ShapeError, parse_heads
-from slime_flashqla.bench.options import check_at_least, parse_device
-from slime_flashqla.bench.packs import DISTRIBUTIONS, PackDistribution, PackError
+from slime_flashqla.bench.options import check_bounds, check_seed, output_paths, parse_device, write_output
+from slime_flashqla.bench.packs import (
+    DEFAULT_MEDIAN_LEN,
+    DEFAULT_MIN_LEN,
+    DISTRIBUTIONS,
+    MAX_SIGMA,
+    MIN_ALPHA,
+    PackDistribution,
+    PackError,
+    derived_lengths,
+)
 from slime_flashqla.bench.report import environment, print_table, rich_console
+from slime_flashqla.bench.stream_progress import ProgressFile, StreamProgress
 from slime_flashqla.bench.stream_worker import StreamJob
 from slime_flashqla.bench.variants import VARIANTS, Variant, variant_problem
 
@@ -34,6 +45,9 @@ DEFAULT_VARIANTS = ("auto", "flashqla-repeat", "slime-fla")
 STALL_FACTOR = 1.5  # a step slower than this times the steady median counts as a stall
 COMPILE_KINDS = ("tilelang-compile", "triton-compile")
 AUTOTUNE_KINDS = ("triton-autotune",)
+# The packs are drawn up front and every step's seconds are kept; 10,000 steps run for hours on a GPU.
+MAX_STEPS = 10_000
+POLL_SECONDS = 0.25  # how often the parent reads a worker's progress
 
 
 class StreamInputError(ValueError):
@@ -57,12 +71,16 @@ class StreamPlan:
     cache_dir: str | None = None
     timeout: float = 3600.0
     jobs: list[StreamJob] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # variant -> why it cannot run here
+    outputs: dict[str, Path] = field(default_factory=dict)  # --json/--plot -> the file it writes, checked
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the `bench stream` options to a parser."""
     parser.description = __doc__.splitlines()[0]
-    parser.add_argument("--steps", type=int, default=200, help="training steps per variant (default 200)")
+    parser.add_argument(
+        "--steps", type=int, default=200, help=f"training steps per variant, 2 to {MAX_STEPS} (default 200)"
+    )
     parser.add_argument("--level", choices=LEVELS, default="layer", help="a whole GDN layer (default) or the kernel")
     parser.add_argument("--heads", default="", help="comma list of Hk/Hv per rank (default 16/32)")
     parser.add_argument("--model", action="append", default=[], help="model name or config.json, as warmup takes it")
@@ -74,24 +92,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument("--backend", help="run one backend alone (auto, flashqla, fla, torch) instead of --variants")
     parser.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda when a GPU is present)")
-    parser.add_argument("--max-tokens", type=int, default=32768, help="largest pack, in tokens (default 32768)")
-    parser.add_argument("--min-len", type=int, default=32, help="shortest sequence (default 32)")
-    parser.add_argument("--median-len", type=int, default=1024, help="median sequence length (default 1024)")
-    parser.add_argument("--dist", choices=DISTRIBUTIONS, default="lognormal", help="sequence length distribution")
-    parser.add_argument("--sigma", type=float, default=1.2, help="log-normal spread of the lengths (default 1.2)")
-    parser.add_argument("--alpha", type=float, default=1.2, help="pareto tail index of the lengths (default 1.2)")
     parser.add_argument(
-        "--min-fill", type=float, default=0.25, help="each pack's budget is uniform in [min-fill, 1] x max-tokens"
+        "--max-tokens", type=int, default=32768, help="largest pack, in tokens, at most 2**31-1 (default 32768)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the packs, inputs and weights (default 0)")
+    parser.add_argument(
+        "--min-len",
+        type=int,
+        help=f"shortest sequence (default {DEFAULT_MIN_LEN}, or --max-tokens where that is smaller)",
+    )
+    parser.add_argument(
+        "--median-len",
+        type=int,
+        help=f"median sequence length (default {DEFAULT_MEDIAN_LEN}, or --max-tokens / 8 where that is smaller, "
+        "never below --min-len)",
+    )
+    parser.add_argument(
+        "--dist", choices=DISTRIBUTIONS, default="lognormal", help="sequence length distribution (default lognormal)"
+    )
+    parser.add_argument(
+        "--sigma", type=float, default=1.2, help=f"log-normal spread of the lengths, (0, {MAX_SIGMA:g}] (default 1.2)"
+    )
+    parser.add_argument(
+        "--alpha", type=float, default=1.2, help=f"pareto tail index of the lengths, >= {MIN_ALPHA:g} (default 1.2)"
+    )
+    parser.add_argument(
+        "--min-fill",
+        type=float,
+        default=0.25,
+        help="each pack's budget is uniform in [min-fill, 1] x max-tokens (default 0.25)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the packs, inputs and weights, 0 to 2**64-1 (default 0)"
+    )
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="default bf16 on GPU, fp32 on CPU")
     parser.add_argument("--head-dim", type=int, default=128, help="K = V head size (default 128)")
     parser.add_argument("--hidden-size", type=int, default=2048, help="layer hidden size (default 2048)")
     parser.add_argument("--cache-dir", help="TileLang cache directory for the workers (default: $TILELANG_CACHE_DIR)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds one variant may take (default 3600)")
+    parser.add_argument(
+        "--skip-unavailable",
+        action="store_true",
+        help="list variants that cannot run here as skipped (with the reason) instead of exiting with 2",
+    )
     parser.add_argument("--json", metavar="PATH", help="write steps and summary as JSON")
-    parser.add_argument("--plot", metavar="PATH.png", help="step time against step, a line per variant (log scale)")
-    parser.add_argument("--plain", action="store_true", help="plain-text table even with rich")
+    parser.add_argument(
+        "--plot", metavar="PATH.png", help="step time against step, a line per variant, log scale (needs matplotlib)"
+    )
+    parser.add_argument("--plain", action="store_true", help="plain-text progress and table even with rich")
     return parser
 
 
@@ -128,31 +175,31 @@ def _variants(args) -> list[Variant]:
 
 def build_plan(args: argparse.Namespace) -> StreamPlan:
     """Parse and check the options; raise StreamInputError naming the first problem."""
-    check_at_least(
+    check_bounds(
         StreamInputError,
-        ("--steps", args.steps, 2),
-        ("--head-dim", args.head_dim, 1),
-        ("--hidden-size", args.hidden_size, 1),
-        ("--timeout", args.timeout, 1),
+        ("--steps", args.steps, 2, MAX_STEPS),
+        ("--head-dim", args.head_dim, 1, None),
+        ("--hidden-size", args.hidden_size, 1, None),
+        ("--timeout", args.timeout, 1, None),
     )
+    check_seed(StreamInputError, args.seed)
+    # Defaults the user did not set follow the limits the user did set (--max-tokens 256 on a CPU).
+    min_len, median_len = derived_lengths(args.max_tokens, args.min_len, args.median_len)
     try:
         packs = PackDistribution(
             max_tokens=args.max_tokens,
-            min_len=args.min_len,
-            median_len=args.median_len,
+            min_len=min_len,
+            median_len=median_len,
             sigma=args.sigma,
             alpha=args.alpha,
             min_fill=args.min_fill,
             dist=args.dist,
             seed=args.seed,
         )
-        device = parse_device(args.device, StreamInputError)
     except PackError as error:
         raise StreamInputError(str(error)) from None
-    for option in ("json", "plot"):
-        path = getattr(args, option)
-        if path and not Path(path).resolve().parent.is_dir():
-            raise StreamInputError(f"--{option} {path}: the directory {Path(path).parent} does not exist")
+    device = parse_device(args.device, StreamInputError)
+    outputs = output_paths(args, StreamInputError, ("json", "plot"))
     return StreamPlan(
         device=device,
         level=args.level,
@@ -166,6 +213,7 @@ def build_plan(args: argparse.Namespace) -> StreamPlan:
         seed=args.seed,
         cache_dir=args.cache_dir,
         timeout=args.timeout,
+        outputs=outputs,
     )
 
 
@@ -188,27 +236,53 @@ def _problems(plan: StreamPlan) -> dict[str, str]:
     return problems
 
 
-def run_worker(job: StreamJob, log_path: Path, timeout: float, cache_dir: str | None) -> dict:
-    """Start one fresh worker process for `job`, wait for it, and return its result dict."""
+def run_worker(job: StreamJob, log_path: Path, timeout: float, cache_dir: str | None, on_step=None) -> dict:
+    """Start one fresh worker process for `job`, wait for it, and return its result dict.
+
+    `on_step(index, seconds)` is called for each step the worker finishes, while it runs.
+    """
     job_path = Path(job.result).with_suffix(".job.json")
+    job.progress = str(Path(job.result).with_suffix(".progress"))
     env = {**os.environ, **job.env, "PYTHONUNBUFFERED": "1"}
     if cache_dir:
         env["TILELANG_CACHE_DIR"] = str(Path(cache_dir).expanduser().resolve())
     command = [sys.executable, "-m", "slime_flashqla.bench.stream_worker", str(job_path)]
+    progress = ProgressFile(Path(job.progress))
     with open(log_path, "w") as log:
         job.spawned = time.time()
         job_path.write_text(json.dumps(asdict(job)))
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            done = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {timeout:.0f} s (see {log_path})"}
+            returncode = _wait(process, timeout, progress, on_step or (lambda index, seconds: None))
+        finally:
+            if process.poll() is None:  # timed out, or the parent was interrupted: no orphan worker
+                process.kill()
+                process.wait()
+    if returncode is None:
+        return {"error": f"timed out after {timeout:.0f} s (see {log_path})"}
     path = Path(job.result)
     if not path.exists():
-        return {"error": f"the worker exited with {done.returncode} and wrote no result (see {log_path})"}
+        return {"error": f"the worker exited with {returncode} and wrote no result (see {log_path})"}
     result = json.loads(path.read_text())
-    if done.returncode and "error" not in result:
-        result["error"] = f"the worker exited with {done.returncode} (see {log_path})"
+    if returncode and "error" not in result:
+        result["error"] = f"the worker exited with {returncode} (see {log_path})"
     return result
+
+
+def _wait(process: subprocess.Popen, timeout: float, progress: ProgressFile, on_step) -> int | None:
+    """The worker's exit status, reporting its steps as they come; None when it outlives `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            returncode = process.wait(timeout=min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            returncode = None
+        for index, seconds in progress.new_steps():
+            on_step(index, seconds)
+        if returncode is not None:
+            return returncode
+        if time.monotonic() >= deadline:
+            return None
 
 
 def summarize(result: dict) -> dict:
@@ -260,6 +334,9 @@ def summary_cells(summary: list[dict]) -> list[list[str]]:
     """The summary table as strings."""
     cells = []
     for item in summary:
+        if "skipped" in item:
+            cells.append([item["heads"], item["variant"], "-", "-", "-", "-", "-", "-", f"SKIPPED {item['skipped']}"])
+            continue
         if "error" in item:
             cells.append([item["heads"], item["variant"], "-", "-", "-", "-", "-", "-", f"ERROR {item['error']}"])
             continue
@@ -282,7 +359,7 @@ def summary_cells(summary: list[dict]) -> list[list[str]]:
 
 def plot_steps(steps: list[dict], path: str, title: str) -> str | None:
     """Step seconds against step, one line per variant (a panel per head config, log scale); why not, or None."""
-    from slime_flashqla.bench.plot import matplotlib_missing
+    from slime_flashqla.bench.plot import matplotlib_missing, save_figure
 
     missing = matplotlib_missing()
     if missing:
@@ -303,16 +380,17 @@ def plot_steps(steps: list[dict], path: str, title: str) -> str | None:
         ax.set_ylabel("seconds per step")
         ax.set_title(f"{title}, Hk/Hv {label}")
         ax.legend()
-    figure.savefig(path, dpi=110)
+    save_figure(figure, path, dpi=110)
     return None
 
 
-def run_plan(plan: StreamPlan, workdir: Path, progress) -> tuple[list[dict], list[dict]]:
+def run_plan(plan: StreamPlan, workdir: Path, progress: StreamProgress) -> tuple[list[dict], list[dict]]:
     """Run every (heads, variant) in its own process; return (steps, summary)."""
     steps, summary = [], []
     for heads in plan.heads:
         for variant in plan.variants:
             tag = f"{variant.name}-{heads.key_heads}-{heads.value_heads}"
+            label = f"{heads.label} {variant.name}"
             job = StreamJob(
                 variant=variant.name,
                 level=plan.level,
@@ -329,7 +407,9 @@ def run_plan(plan: StreamPlan, workdir: Path, progress) -> tuple[list[dict], lis
                 env=dict(variant.env),
             )
             log_path = workdir / f"{tag}.log"
-            result = run_worker(job, log_path, plan.timeout, plan.cache_dir)
+            progress.start(label)
+            on_step = functools.partial(progress.step, label)
+            result = run_worker(job, log_path, plan.timeout, plan.cache_dir, on_step)
             if "error" in result:
                 tail = log_path.read_text().strip().splitlines()[-3:] if log_path.exists() else []
                 item = {"variant": variant.name, "heads": heads.label, "error": result["error"], "log_tail": tail}
@@ -339,22 +419,47 @@ def run_plan(plan: StreamPlan, workdir: Path, progress) -> tuple[list[dict], lis
                     row = {key: step[key] for key in ("step", "tokens", "sequences", "seconds")}
                     steps.append({"variant": variant.name, "heads": heads.label, **row, "events": step["events"]})
             summary.append(item)
-            progress(item)
+            progress.note(_summary_line(label, item))
+        summary += [{"variant": name, "heads": heads.label, "skipped": why} for name, why in plan.skipped.items()]
     return steps, summary
 
 
+def _summary_line(label: str, item: dict) -> str:
+    """One variant's result in a line, printed as soon as its worker is done."""
+    if "error" in item:
+        return f"  {label}: ERROR {item['error']}"
+    return (
+        f"  {label}: first step {item['first_step_s']:.2f} s, steady {item['steady_median_s'] * 1e3:.2f} ms, "
+        f"stalls {item['stall_s']:.2f} s, {item['compiles_after_warmup']} compile(s) and "
+        f"{item['autotunes_after_warmup']} autotune(s) after step 0"
+    )
+
+
+def _refusal(problems: dict[str, str]) -> str:
+    """Why the variants cannot run, in one line."""
+    reasons = "; ".join(f"{name}: {reason}" for name, reason in problems.items())
+    return f"{', '.join(problems)} cannot run here ({reasons})"
+
+
 def main(args: argparse.Namespace) -> int:
-    """Run `bench stream`; 0 when every variant ran, 1 when one failed, 2 for bad input."""
+    """Run `bench stream`; 0 when every variant ran, 1 when one (or the PNG) failed, 2 for bad input."""
     try:
         plan = build_plan(args)
     except StreamInputError as error:
         print(f"bench stream: {error}", file=sys.stderr)
         return 2
     problems = _problems(plan)
-    if problems:
-        for name, reason in problems.items():
-            print(f"bench stream: {name} cannot run here: {reason}", file=sys.stderr)
+    if problems and len(problems) == len(plan.variants):
+        print(f"bench stream: no variant can run: {_refusal(problems)}", file=sys.stderr)
         return 2
+    if problems and not args.skip_unavailable:
+        print(
+            f"bench stream: {_refusal(problems)}; pass --skip-unavailable to run the others, or choose --variants",
+            file=sys.stderr,
+        )
+        return 2
+    plan.skipped = problems
+    plan.variants = [variant for variant in plan.variants if variant.name not in problems]
     packs = plan.packs.packs(plan.steps)
     tokens = [sum(p) for p in packs]
     print(
@@ -363,22 +468,12 @@ def main(args: argparse.Namespace) -> int:
         f"{', '.join(v.name for v in plan.variants)}; heads {', '.join(h.label for h in plan.heads)}",
         flush=True,
     )
+    for name, reason in problems.items():
+        print(f"  skipped {name}: {reason}", flush=True)
     console = rich_console(args.plain)
     env = environment(plan.device, "slime_flashqla.bench.stream")
-
-    def progress(item: dict) -> None:
-        if "error" in item:
-            print(f"  {item['heads']} {item['variant']}: ERROR {item['error']}", flush=True)
-        else:
-            print(
-                f"  {item['heads']} {item['variant']}: first step {item['first_step_s']:.2f} s, steady "
-                f"{item['steady_median_s'] * 1e3:.2f} ms, stalls {item['stall_s']:.2f} s, "
-                f"{item['compiles_after_warmup']} compile(s) and {item['autotunes_after_warmup']} autotune(s) "
-                "after step 0",
-                flush=True,
-            )
-
-    with tempfile.TemporaryDirectory(prefix="slime-flashqla-stream-") as tmp:
+    workdir = tempfile.TemporaryDirectory(prefix="slime-flashqla-stream-")
+    with workdir as tmp, StreamProgress(console, plan.steps) as progress:
         steps, summary = run_plan(plan, Path(tmp), progress)
     where = env["gpu"] or f"CPU ({env['cpu']})"
     print_table(
@@ -404,11 +499,15 @@ def main(args: argparse.Namespace) -> int:
             ],
             "summary": summary,
         }
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        write_output(plan.outputs["json"], json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}")
     if args.plot:
-        problem = plot_steps(steps, args.plot, f"{plan.level} steps on {where}") if steps else "no steps to plot"
-        print(f"bench stream: {problem}; no PNG written" if problem else f"wrote {args.plot}")
+        title = f"{plan.level} steps on {where}"
+        problem = plot_steps(steps, plan.outputs["plot"], title) if steps else "no steps to plot"
+        if problem:
+            print(f"bench stream: {problem}; no PNG written", file=sys.stderr)
+            return 1
+        print(f"wrote {args.plot}")
     return 1 if any("error" in item for item in summary) else 0
 
 

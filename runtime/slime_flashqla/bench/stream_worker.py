@@ -8,6 +8,7 @@ the compiles/autotunes each step caused to the job's result path.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -32,6 +33,7 @@ class StreamJob:
     spawned: float  # the parent's time.time() just before it started this process
     result: str  # where the worker writes its JSON result
     env: dict = field(default_factory=dict)  # set by the parent for this variant (for the report)
+    progress: str = ""  # where the worker appends each finished step (bench/stream_progress.py), if set
 
 
 @dataclass
@@ -59,6 +61,7 @@ def run_job(job: StreamJob) -> dict:
 
     from slime_flashqla.bench.gdn_shapes import parse_heads
     from slime_flashqla.bench.packs import PackDistribution
+    from slime_flashqla.bench.stream_progress import append_step
     from slime_flashqla.bench.variants import VARIANTS, build_layer, kernel_call, kernel_fn, layer_call, random_inputs
 
     device = torch.device(job.device)
@@ -86,25 +89,28 @@ def run_job(job: StreamJob) -> dict:
     generator = torch.Generator(device=device).manual_seed(job.seed)
     setup_events = log.take()
     steps, first_step_end = [], None
-    for index, lengths in enumerate(packs):
-        # A training step's inputs exist before its forward starts: made and settled outside the clock.
-        call = prepare(random_inputs(lengths, plan, heads, job.level, generator))
-        sync()
-        start = time.perf_counter()
-        call()
-        sync()
-        seconds = time.perf_counter() - start
-        if first_step_end is None:
-            first_step_end = time.time()
-        steps.append(
-            {
-                "step": index,
-                "tokens": sum(lengths),
-                "sequences": len(lengths),
-                "seconds": seconds,
-                "events": _events(log.take()),
-            }
-        )
+    with open(job.progress, "a") if job.progress else contextlib.nullcontext() as progress:
+        for index, lengths in enumerate(packs):
+            # A training step's inputs exist before its forward starts: made and settled outside the clock.
+            call = prepare(random_inputs(lengths, plan, heads, job.level, generator))
+            sync()
+            start = time.perf_counter()
+            call()
+            sync()
+            seconds = time.perf_counter() - start
+            if first_step_end is None:
+                first_step_end = time.time()
+            steps.append(
+                {
+                    "step": index,
+                    "tokens": sum(lengths),
+                    "sequences": len(lengths),
+                    "seconds": seconds,
+                    "events": _events(log.take()),
+                }
+            )
+            if progress is not None:
+                append_step(progress, index, seconds)
     return {
         "first_step_end": first_step_end,
         "setup_events": _events(setup_events),

@@ -4,6 +4,10 @@ Errors: a subcommand raises `slime_flashqla.cli.errors.UserError` (or lets the r
 FlashQLAUnavailableError, ImportError, ValueError or OSError through); `main` prints one line,
 `slime-flashqla COMMAND: message`, and exits 2.  Anything else is one line too, exit 1.
 `--debug` (before or after the subcommand) shows the traceback instead.
+
+Help: a (sub-)subcommand's one-line help is also its `--help` description, and an option's help
+that does not state its default gets `(default X)` appended (`complete_help`), so no subcommand
+module has to repeat either.
 """
 
 from __future__ import annotations
@@ -38,7 +42,25 @@ def build_parser() -> argparse.ArgumentParser:
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     _add_debug_flag(parser)
+    complete_help(parser)
     return parser
+
+
+def complete_help(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand its help line as description, and every option's help its default."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                if sub.description is None and helps.get(name):
+                    sub.description = helps[name]
+                complete_help(sub)
+        elif action.option_strings and action.help not in (None, argparse.SUPPRESS) and "default" not in action.help:
+            default = action.default
+            if default is None or isinstance(default, bool) or default in ("", [], argparse.SUPPRESS):
+                continue  # a flag, or an option whose absence means "not asked for"
+            shown = " ".join(map(str, default)) if isinstance(default, list | tuple) else default
+            action.help = f"{action.help} (default {shown})"
 
 
 def _add_debug_flag(parser: argparse.ArgumentParser) -> None:

@@ -32,7 +32,7 @@ def report_rows(report: dict) -> list[tuple[str, str]]:
         ("torch", report["torch"]),
         ("torch CUDA build", report["torch_cuda"] or "none (CPU build)"),
         ("CUDA available", str(report["cuda_available"])),
-        ("driver", f"{report['driver'] or 'n/a'} (supports CUDA {report['driver_cuda'] or 'n/a'})"),
+        ("driver", _driver(report)),
         ("GPUs", gpus),
     ]
     rows += [(f"package {name}", version or "not installed") for name, version in report["packages"].items()]
@@ -51,7 +51,16 @@ def report_rows(report: dict) -> list[tuple[str, str]]:
         ("TileLang kernel cache", report["tilelang_cache_dir"]),
     ]
     rows += [("WARNING", warning) for warning in report["warnings"]]
+    rows += [("NOTE", note) for note in report.get("notes", [])]
     return rows
+
+
+def _driver(report: dict) -> str:
+    """The driver row: its version and the CUDA it supports, or why neither is known."""
+    if not report["cuda_available"]:
+        return "none found: no CUDA device is visible to torch"
+    version = report["driver"] or "version unknown (nvidia-smi did not answer)"
+    return f"{version}, supports CUDA {report['driver_cuda']}" if report["driver_cuda"] else version
 
 
 def unmet_requirements(report: dict, required: list[str]) -> list[str]:

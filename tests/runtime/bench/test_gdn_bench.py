@@ -110,12 +110,27 @@ def test_defaults_and_opt_in_sets():
         (("--shapes", "64", "--all-shapes"), "not both"),
         (("--device", "tpu"), "--device"),
         (("--json", "/nonexistent-dir/x.json"), "does not exist"),
+        (("--shapes", "1x100000000000"), "2147483647"),
+        (("--shapes", "2x100000000000"), "2147483647"),
+        (("--shapes", "1x1048577"), None),  # one long sequence: within the bounds
+        (("--shapes", "1x2097152"), None),
+        (("--shapes", "1x1000000+1x2147483647"), "2147483647"),
+        (("--shapes", "1024x1048577"), "sequences"),
+        (("--iters", "1000000000000"), "--iters must be <= 100000"),
+        (("--warmup", "1000000000000"), "--warmup must be <= 100000"),
+        (("--seed", "100000000000000000000000"), "--seed must be <= 18446744073709551615"),
+        (("--seed", "-5"), "--seed must be >= 0"),
     ],
 )
 def test_bad_input_exits_2_before_running(argv, message, capsys, monkeypatch):
     monkeypatch.setattr(gdn, "run_plan", lambda *a: pytest.fail("ran despite bad input"))
-    assert gdn.main(parse("--device", "cpu", *argv) if "--device" not in argv else parse(*argv)) == 2
-    assert message in capsys.readouterr().err
+    args = parse("--device", "cpu", *argv) if "--device" not in argv else parse(*argv)
+    if message is None:  # accepted: the plan builds (nothing runs)
+        gdn.build_plan(args)
+        return
+    assert gdn.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
@@ -197,17 +212,25 @@ def test_tiny_run_png(tiny_run):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 
 
-def test_plain_output_and_no_png_without_rich_and_matplotlib(tmp_path, capsys, monkeypatch):
-    for name in ("rich", "rich.console", "rich.progress", "rich.table", "matplotlib"):
+def test_plain_output_without_rich(tmp_path, capsys, monkeypatch):
+    for name in ("rich", "rich.console", "rich.progress", "rich.table"):
         monkeypatch.setitem(sys.modules, name, None)  # makes `import name` raise ImportError
-    png = tmp_path / "gdn.png"
     argv = ("--device", "cpu", "--shapes", "16+16", "--heads", "1/2", "--head-dim", "16", "--hidden-size", "32")
     argv += ("--iters", "2", "--warmup", "0", "--variants", "torch", "--levels", "kernel", "--modes", "fwd")
-    assert gdn.main(parse(*argv, "--plot", str(png))) == 0
+    assert gdn.main(parse(*argv)) == 0
     captured = capsys.readouterr()
     assert "[1/1] kernel 16+16 1/2 fwd torch:" in captured.out
     assert "median ms" in captured.out and "tokens/s" in captured.out
-    assert "matplotlib is not installed" in captured.err and "no PNG" in captured.err
+
+
+def test_a_plot_without_matplotlib_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
+    """A PNG that cannot be drawn is refused up front (exit 2), not reported after the whole run (exit 0)."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setattr(gdn, "run_plan", lambda *a: pytest.fail("ran although the PNG cannot be drawn"))
+    png = tmp_path / "gdn.png"
+    assert gdn.main(parse(*TINY, *TINY_TIMING, "--variants", "torch", "--plot", str(png))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "matplotlib is not installed" in err[0] and "`plot` extra" in err[0]
     assert not png.exists()
 
 
@@ -515,3 +538,32 @@ def test_command_line_names_the_module_of_a_dash_m_run(monkeypatch):
     assert report.command_line("slime_flashqla.bench.gdn") == expected
     monkeypatch.setattr(sys, "argv", ["/usr/bin/slime-flashqla", "bench", "gdn", "--plain"])
     assert report.command_line("slime_flashqla.bench.gdn") == "/usr/bin/slime-flashqla bench gdn --plain"
+
+
+@pytest.mark.parametrize(
+    ("option", "name", "words"),
+    [
+        ("--plot", "out", "the name must end in .png, .svg, .pdf"),  # matplotlib would write out.png
+        ("--plot", "x.png.", "the name must end in"),
+        ("--plot", "out.txt", "the name must end in"),
+        ("--json", "a-directory", "is a directory"),
+        ("--markdown", "a-directory", "is a directory"),
+    ],
+)
+def test_an_output_path_that_cannot_be_written_is_refused_before_the_run(tmp_path, option, name, words, capsys,
+                                                                        monkeypatch):  # fmt: skip
+    """A typo in an output path must not cost the run's results (issue 25 D5, D15)."""
+    monkeypatch.setattr(gdn, "run_plan", lambda *a: pytest.fail("ran despite an unwritable output path"))
+    (tmp_path / "a-directory").mkdir()
+    assert gdn.main(parse(*TINY, *TINY_TIMING, "--variants", "torch", option, str(tmp_path / name))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0] and err[0].startswith(f"bench gdn: {option} ")
+
+
+def test_the_plot_format_follows_the_name(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    svg = tmp_path / "gdn.svg"
+    argv = (*TINY, *TINY_TIMING, "--variants", "torch", "--levels", "kernel", "--modes", "fwd", "--plot", str(svg))
+    assert gdn.main(parse(*argv)) == 0
+    assert svg.read_text().lstrip().startswith("<?xml") and f"wrote {svg}" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == ["gdn.svg"]  # no temp file left beside it

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -23,7 +27,8 @@ def parse(*argv):
 
 def test_a_stream_runs_every_pack_in_a_fresh_process_and_reports_it(tmp_path, capsys):
     path, png = tmp_path / "stream.json", tmp_path / "stream.png"
-    assert stream.main(parse(*TINY, "--heads", "1/2,2/4", "--json", str(path), "--plot", str(png))) == 0
+    plot = ("--plot", str(png)) if _matplotlib() else ()
+    assert stream.main(parse(*TINY, "--heads", "1/2,2/4", "--json", str(path), *plot)) == 0
     report = json.loads(path.read_text())
     packs = PackDistribution(max_tokens=96, min_len=8, median_len=40, seed=0).packs(3)
     for heads in ("1/2", "2/4"):
@@ -44,7 +49,11 @@ def test_a_stream_runs_every_pack_in_a_fresh_process_and_reports_it(tmp_path, ca
     assert report["environment"]["device"] == "cpu" and report["settings"]["max_tokens"] == 96
     out = capsys.readouterr().out
     assert "first step" in out and "compiles after step 0" in out
-    if _matplotlib():
+    # Plain progress: each variant's start, its first and its last step, with the step's time.
+    for heads in ("1/2", "2/4"):
+        assert f"  {heads} torch: started, 3 steps" in out
+        assert f"  {heads} torch: step 1/3, " in out and f"  {heads} torch: step 3/3, " in out
+    if plot:
         assert png.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -106,9 +115,24 @@ SIZES = TINY[4:]  # the tiny sizes without the device and backend
         ((*CPU_TORCH, "--max-tokens", "4", "--min-len", "8"), "below the shortest sequence"),
         ((*CPU_TORCH, "--json", "/no/such/dir/x.json"), "does not exist"),
         (("--device", "cpu", "--variants", "fla-repeat"), "fla-repeat cannot run here"),
+        ((*CPU_TORCH, "--steps", "1000000000000"), "--steps must be <= 10000"),
+        ((*CPU_TORCH, "--max-tokens", "100000000000"), "--max-tokens must be <= 2147483647"),
+        ((*CPU_TORCH, "--sigma", "inf"), "--sigma must be"),
+        ((*CPU_TORCH, "--dist", "pareto", "--alpha", "1e-300"), "--alpha must be"),
+        ((*CPU_TORCH, "--min-fill", "nan"), "--min-fill must be"),
+        ((*CPU_TORCH, "--seed", "100000000000000000000000"), "--seed must be <= 18446744073709551615"),
+        ((*CPU_TORCH, "--seed", "-1"), "--seed must be >= 0"),
+        ((*CPU_TORCH, "--timeout", "nan"), "--timeout must be a finite number"),
+        ((*CPU_TORCH, "--timeout", "inf"), "--timeout must be a finite number"),
+        ((*CPU_TORCH, "--head-dim", "nan"), None),  # argparse's own refusal: not an int
     ],
 )
-def test_bad_input_is_one_line_and_exit_2_before_any_worker_starts(argv, words, capsys):
+def test_bad_input_is_one_line_and_exit_2_before_any_worker_starts(argv, words, capsys, monkeypatch):
+    monkeypatch.setattr(stream, "run_worker", lambda *a: pytest.fail("a worker started despite bad input"))
+    if words is None:
+        with pytest.raises(SystemExit):
+            parse(*SIZES, *argv)
+        return
     assert stream.main(parse(*SIZES, *argv)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0] and err[0].startswith("bench stream: ")
@@ -126,3 +150,121 @@ def test_the_cli_lists_bench_stream():
         [sys.executable, "-m", "slime_flashqla", "bench", "stream", "--help"], capture_output=True, text=True
     )
     assert done.returncode == 0 and "--max-tokens" in done.stdout and "--level" in done.stdout
+
+
+def test_the_median_follows_a_smaller_max_tokens_when_not_given():
+    """docs/en/bench_stream.md's CPU example: --max-tokens 256 with the default median (1024) must run."""
+    plan = stream.build_plan(parse("--device", "cpu", "--backend", "torch", "--steps", "5", "--max-tokens", "256"))
+    assert (plan.packs.min_len, plan.packs.median_len, plan.packs.max_tokens) == (32, 32, 256)
+    default = stream.build_plan(parse("--device", "cpu", "--backend", "torch"))
+    assert (default.packs.min_len, default.packs.median_len, default.packs.max_tokens) == (32, 1024, 32768)
+
+
+def test_a_median_the_user_gave_is_kept_and_checked(capsys):
+    argv = ("--device", "cpu", "--backend", "torch", "--max-tokens", "256", "--median-len", "1024")
+    assert stream.main(parse(*argv)) == 2
+    assert "the median sequence (1024) must lie between --min-len 32 and --max-tokens 256" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("config", "words"),
+    [
+        ({"linear_num_key_heads": 0, "linear_num_value_heads": 0}, "positive"),
+        ({"linear_num_key_heads": -16, "linear_num_value_heads": -32}, "positive"),
+        ({"linear_num_key_heads": 3, "linear_num_value_heads": 4}, "multiple"),
+        ([1, 2], "not a JSON object"),
+    ],
+)
+def test_model_head_counts_are_checked_before_any_worker_starts(tmp_path, config, words, capsys, monkeypatch):
+    monkeypatch.setattr(stream, "run_worker", lambda *a: pytest.fail("a worker started despite bad heads"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert stream.main(parse(*SIZES, *CPU_TORCH, "--model", str(path))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0] and str(path) in err[0]
+
+
+def test_huge_counts_are_refused_at_once_by_the_real_command():
+    """The probe's cases, as a user types them: refused in one line, not drawn for minutes first."""
+    for extra in (("--steps", "1000000000000"), ("--max-tokens", "100000000000")):
+        done = subprocess.run(
+            [sys.executable, "-m", "slime_flashqla", "bench", "stream", *CPU_TORCH, *extra],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "must be <=" in done.stderr
+
+
+def test_skip_unavailable_runs_the_others_and_lists_the_skipped(tmp_path, capsys):
+    path = tmp_path / "stream.json"
+    argv = (*SIZES, "--device", "cpu", "--variants", "torch,fla-repeat", "--skip-unavailable", "--json", str(path))
+    assert stream.main(parse(*argv)) == 0
+    summary = json.loads(path.read_text())["summary"]
+    ran = [item for item in summary if "skipped" not in item]
+    (skipped,) = [item for item in summary if "skipped" in item]
+    assert [item["variant"] for item in ran] == ["torch"] and "first_step_s" in ran[0]
+    assert skipped["variant"] == "fla-repeat" and skipped["heads"] == "1/2" and skipped["skipped"]
+    out = capsys.readouterr().out
+    assert "skipped fla-repeat:" in out and "SKIPPED" in out
+
+
+def test_plain_bench_stream_on_a_cpu_names_the_way_out_in_one_line(capsys, monkeypatch):
+    monkeypatch.setattr(stream, "run_worker", lambda *a: pytest.fail("a worker started"))
+    assert stream.main(parse("--device", "cpu")) == 2  # the default variants: auto runs, two cannot
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "flashqla-repeat, slime-fla cannot run here" in err[0] and "--skip-unavailable" in err[0]
+
+
+def test_skip_unavailable_with_nothing_left_is_refused(capsys):
+    assert stream.main(parse(*SIZES, "--device", "cpu", "--variants", "fla-repeat", "--skip-unavailable")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no variant can run" in err[0]
+
+
+def test_a_plot_without_matplotlib_is_refused_before_any_worker_starts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
+    monkeypatch.setattr(stream, "run_worker", lambda *a: pytest.fail("a worker started"))
+    assert stream.main(parse(*TINY, "--plot", str(tmp_path / "s.png"))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "matplotlib is not installed" in err[0]
+
+
+def test_the_progress_bar_shows_steps_done_and_the_last_step_on_a_terminal():
+    from rich.console import Console
+
+    from slime_flashqla.bench.stream_progress import StreamProgress
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=120)
+    with StreamProgress(console, 4) as progress:
+        progress.start("16/32 auto")
+        progress.step("16/32 auto", 0, 2.5)
+        progress.step("16/32 auto", 1, 0.0123)
+        progress.note("  16/32 auto: done")
+    shown = console.file.getvalue()
+    assert "16/32 auto" in shown and "2/4" in shown and "last step 12.3 ms" in shown and "done" in shown
+
+
+def test_steps_reach_the_parent_while_the_worker_runs(tmp_path):
+    """on_step is called during the run, from the worker's progress file, not after it from the result."""
+    plan = stream.build_plan(parse(*TINY))
+    seen = []
+    job = stream.StreamJob(
+        variant="torch", level="layer", heads="1/2", steps=3, packs=dataclasses.asdict(plan.packs), device="cpu",
+        dtype="float32", head_dim=8, hidden_size=16, seed=0, spawned=0.0, result=str(tmp_path / "r.json"),
+    )  # fmt: skip
+    result = stream.run_worker(job, tmp_path / "w.log", 120, None, lambda i, s: seen.append((i, s, time.time())))
+    assert [i for i, _, _ in seen] == [0, 1, 2]
+    assert [s for _, s, _ in seen] == [step["seconds"] for step in result["steps"]]
+    assert seen[0][2] <= os.path.getmtime(tmp_path / "r.json")  # step 0 arrived before the result was written
+
+
+@pytest.mark.parametrize(
+    ("option", "name", "words"), [("--plot", "steps", "must end in"), ("--json", "d", "directory")]
+)
+def test_an_output_path_that_cannot_be_written_is_refused_before_any_worker(tmp_path, option, name, words, capsys,
+                                                                          monkeypatch):  # fmt: skip
+    monkeypatch.setattr(stream, "run_worker", lambda *a: pytest.fail("a worker started"))
+    (tmp_path / "d").mkdir()
+    assert stream.main(parse(*TINY, option, str(tmp_path / name))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]

@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 
-from slime_flashqla.doctor import known_problems
+from slime_flashqla.cli.doctor import report_rows
+from slime_flashqla.doctor import known_problems, report_notes
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -41,6 +42,7 @@ def test_json_report_has_every_field(report):
         "fla_forwards_to_flashqla",
         "tilelang_cache_dir",
         "warnings",
+        "notes",
     ):
         assert key in report, key
     assert report["torch"] == torch.__version__
@@ -90,6 +92,21 @@ def test_check_runs_a_layer_forward_and_backward():
     assert "result" in result.stdout and "OK" in result.stdout
     if NO_GPU:
         assert "auto -> torch" in result.stderr
+        # Nothing compiles on the CPU: the timings are first calls, not "incl. compile".
+        assert "forward (first call)" in result.stdout and "incl. compile" not in result.stdout
+
+
+@pytest.mark.skipif(not NO_GPU, reason="describes a machine without a GPU")
+def test_the_cpu_report_says_what_is_missing_instead_of_n_a(report):
+    rows = dict(report_rows(report))
+    assert rows["driver"] == "none found: no CUDA device is visible to torch"
+    assert "n/a" not in " ".join(rows.values())
+    # The fla row agrees with the backend row above it.
+    assert not report["backends"]["fla"]["available"]
+    assert rows["'fla' runs"] in (
+        "nothing here: the fla backend is unusable (see its row)",  # FLA installed, but no GPU
+        "none: flash-linear-attention is not installed",
+    )
 
 
 def _report(**overrides):
@@ -121,10 +138,18 @@ def test_no_triton_warning_where_fla_is_fine(overrides):
     assert not any("#640" in w for w in known_problems(_report(**overrides)))
 
 
-def test_warns_about_an_old_driver_and_fla_forwarding():
-    warnings = known_problems(_report(driver_cuda="12.4", fla_forwards_to_flashqla=True))
+def test_warns_about_an_old_driver_and_notes_fla_forwarding():
+    report = _report(driver_cuda="12.4", fla_forwards_to_flashqla=True)
+    warnings = known_problems(report)
     assert any("upgrade the driver" in w for w in warnings)
-    assert any("forwards to FlashQLA" in w for w in warnings)
+    # The README's own install (FLA 0.6 with flash-qla) turns the forwarding on: a fact, nothing to fix.
+    assert not any("forwards to FlashQLA" in w for w in warnings)
+    assert any("forwards to FlashQLA" in n for n in report_notes(report))
+
+
+def test_a_note_is_a_note_row_and_a_warning_a_warning_row(report):
+    rows = report_rows({**report, "warnings": ["fix this"], "notes": ["know this"]})
+    assert ("WARNING", "fix this") in rows and ("NOTE", "know this") in rows
 
 
 @pytest.mark.parametrize(
