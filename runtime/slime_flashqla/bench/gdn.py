@@ -40,6 +40,7 @@ from slime_flashqla.bench.options import check_bounds, check_seed, output_paths,
 from slime_flashqla.bench.report import environment, print_table, rich_console
 from slime_flashqla.bench.variants import (
     DEFAULT_VARIANTS,
+    LAYER_MODELS,
     VARIANTS,
     Variant,
     build_layer,
@@ -82,6 +83,8 @@ class Plan:
     seed: int
     rounds: int = 1
     timing: str = "device"  # on a GPU: device (host queued ahead) or queued (see bench.timing)
+    layer_model: str = "qwen3-next"  # which GDN layer class the layer level times
+    slime_source: str | None = None  # slime's checkout for the slime-layer-* variants
 
     @property
     def rounds_used(self) -> int:
@@ -110,6 +113,7 @@ class Row:
     status: str = "ok"  # ok | skipped | error
     reason: str = ""
     median_ms: float | None = None
+    peak_mib: float | None = None  # layer rows on a GPU: memory allocated at the peak of one call, above its start
     min_ms: float | None = None
     max_ms: float | None = None
     iters: int = 0
@@ -165,6 +169,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="q/k/v and layer dtype (default bfloat16 on a GPU; float32 on the CPU, where bfloat16 convs are slow)",
     )
     parser.add_argument("--head-dim", type=int, default=128, help="K = V head size (default 128)")
+    parser.add_argument(
+        "--layer-model",
+        choices=LAYER_MODELS,
+        default="qwen3-next",
+        help="the GDN layer the layer level times: Qwen3-Next's fused projections or Qwen3.5's (default qwen3-next)",
+    )
+    parser.add_argument(
+        "--slime-source",
+        metavar="DIR",
+        help="a slime checkout for the slime-layer-* variants (default: $SLIME_SOURCE, else importable slime_plugins)",
+    )
     parser.add_argument("--hidden-size", type=int, default=2048, help="layer hidden size (default 2048, Qwen3-Next)")
     parser.add_argument(
         "--warmup", type=int, default=5, help=f"untimed calls before timing, at most {MAX_CALLS} (default 5)"
@@ -260,6 +275,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
         rounds=args.rounds,
         seed=args.seed,
         timing=args.timing,
+        layer_model=args.layer_model,
+        slime_source=args.slime_source,
     )
 
 
@@ -267,11 +284,12 @@ def build_plan(args: argparse.Namespace) -> Plan:
 
 
 def find_problems(plan: Plan) -> dict[tuple[str, str], str]:
-    """{(variant, mode): reason} for every variant and mode that cannot run here."""
+    """{(variant, mode): reason} for every variant and mode that cannot run here (at any of the plan's levels)."""
     problems = {}
     for variant in plan.variants:
+        levels = [level for level in plan.levels if level in variant.levels]
         for mode in plan.modes:
-            reason = variant_problem(variant, mode, plan)
+            reason = variant_problem(variant, mode, plan, level=levels[0] if levels else plan.levels[0])
             if reason:
                 problems[(variant.name, mode)] = reason
     return problems
@@ -374,6 +392,9 @@ def _time_group(entries: list, plan: Plan) -> None:
                 row.status, row.reason = "error", _error_reason(error)
                 _free_memory(plan.device)
         live = [(row, call) for row, call in live if row.status == "ok"]
+    for row, call in live:
+        if row.level == "layer" and plan.device.type == "cuda":
+            row.peak_mib = _peak_mib(call, plan.device)
     for row, _ in entries:
         if row.status != "ok":
             continue
@@ -390,6 +411,18 @@ def _time_group(entries: list, plan: Plan) -> None:
         row.tokens_per_s = row.tokens / (timing.median_ms / 1e3)
 
 
+def _peak_mib(call, device) -> float:
+    """MiB allocated at the peak of one call above what was allocated when it started (a step's working set)."""
+    import torch
+
+    torch.cuda.synchronize(device)
+    start = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    call()
+    torch.cuda.synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - start) / 2**20
+
+
 def _run_group(level, shape, heads, mode, inputs, layers, plan, problems) -> list[Row]:
     """Prepare and warm every variant of one group, then time them together."""
     from slime_flashqla.bench.timing import warm
@@ -397,7 +430,7 @@ def _run_group(level, shape, heads, mode, inputs, layers, plan, problems) -> lis
     backward = mode == "fwd+bwd"
     rows, entries = [], []
     for variant in plan.variants:
-        reason = problems.get((variant.name, mode))
+        reason = problems.get((variant.name, mode)) or variant_problem(variant, mode, plan, level=level)
         if reason:
             rows.append(_row(level, shape, heads, mode, variant, status="skipped", reason=reason))
             continue

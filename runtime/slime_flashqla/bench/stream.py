@@ -36,12 +36,16 @@ from slime_flashqla.bench.packs import (
 from slime_flashqla.bench.report import environment, print_table, rich_console
 from slime_flashqla.bench.stream_progress import ProgressFile, StreamProgress
 from slime_flashqla.bench.stream_worker import StreamJob
-from slime_flashqla.bench.variants import VARIANTS, Variant, variant_problem
+from slime_flashqla.bench.variants import LAYER_MODELS, VARIANTS, Variant, variant_problem
 
 LEVELS = ("layer", "kernel")
-# Ours and slime's two paths: FlashQLA's own function with q/k repeated (slime's FlashQLA path), and
-# FLA's public function with q/k repeated and FLA_FLASH_QLA=0 (slime's default path).
-DEFAULT_VARIANTS = ("auto", "flashqla-repeat", "slime-fla")
+# Ours and slime's two paths. A layer: slime's own layer class with --qwen-gdn-backend flashqla and
+# with its default fla. A kernel: FlashQLA's own function with q/k repeated (slime's FlashQLA path),
+# and FLA's public function with q/k repeated and FLA_FLASH_QLA=0 (slime's default path).
+DEFAULT_VARIANTS = {
+    "layer": ("auto", "slime-layer-flashqla", "slime-layer-fla"),
+    "kernel": ("auto", "flashqla-repeat", "slime-fla"),
+}
 STALL_FACTOR = 1.5  # a step slower than this times the steady median counts as a stall
 COMPILE_KINDS = ("tilelang-compile", "triton-compile")
 AUTOTUNE_KINDS = ("triton-autotune",)
@@ -70,6 +74,8 @@ class StreamPlan:
     seed: int
     cache_dir: str | None = None
     timeout: float = 3600.0
+    layer_model: str = "qwen3-next"  # the GDN layer class --level layer runs
+    slime_source: str | None = None  # slime's checkout for the slime-layer-* variants
     jobs: list[StreamJob] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # variant -> why it cannot run here
     outputs: dict[str, Path] = field(default_factory=dict)  # --json/--plot -> the file it writes, checked
@@ -88,7 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--variants",
         default=None,
-        help=f"comma list of {', '.join(VARIANTS)} (default {','.join(DEFAULT_VARIANTS)})",
+        help=f"comma list of {', '.join(VARIANTS)} (default at --level layer: {','.join(DEFAULT_VARIANTS['layer'])}; "
+        f"kernel: {','.join(DEFAULT_VARIANTS['kernel'])})",
     )
     parser.add_argument("--backend", help="run one backend alone (auto, flashqla, fla, torch) instead of --variants")
     parser.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda when a GPU is present)")
@@ -127,6 +134,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="default bf16 on GPU, fp32 on CPU")
     parser.add_argument("--head-dim", type=int, default=128, help="K = V head size (default 128)")
     parser.add_argument("--hidden-size", type=int, default=2048, help="layer hidden size (default 2048)")
+    parser.add_argument(
+        "--layer-model",
+        choices=LAYER_MODELS,
+        default="qwen3-next",
+        help="the GDN layer --level layer runs: Qwen3-Next's fused projections or Qwen3.5's (default qwen3-next)",
+    )
+    parser.add_argument(
+        "--slime-source",
+        metavar="DIR",
+        help="a slime checkout for the slime-layer-* variants (default: $SLIME_SOURCE, else importable slime_plugins)",
+    )
     parser.add_argument("--cache-dir", help="TileLang cache directory for the workers (default: $TILELANG_CACHE_DIR)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds one variant may take (default 3600)")
     parser.add_argument(
@@ -164,7 +182,8 @@ def _variants(args) -> list[Variant]:
         if name not in VARIANTS or VARIANTS[name].repeat:
             raise StreamInputError(f"unknown --backend {args.backend!r}; choose from auto, flashqla, fla, torch")
         return [VARIANTS[name]]
-    names = [item.strip() for item in (args.variants or ",".join(DEFAULT_VARIANTS)).split(",") if item.strip()]
+    names = [item.strip() for item in (args.variants or ",".join(DEFAULT_VARIANTS[args.level])).split(",")]
+    names = [name for name in names if name]
     unknown = [name for name in names if name not in VARIANTS]
     if unknown or not names:
         raise StreamInputError(
@@ -214,6 +233,8 @@ def build_plan(args: argparse.Namespace) -> StreamPlan:
         cache_dir=args.cache_dir,
         timeout=args.timeout,
         outputs=outputs,
+        layer_model=args.layer_model,
+        slime_source=args.slime_source,
     )
 
 
@@ -224,7 +245,7 @@ def _problems(plan: StreamPlan) -> dict[str, str]:
         saved = {name: os.environ.get(name) for name, _ in variant.env}
         os.environ.update(variant.env)  # as its worker will run it
         try:
-            reason = variant_problem(variant, "fwd+bwd", plan)
+            reason = variant_problem(variant, "fwd+bwd", plan, level=plan.level)
         finally:
             for name, value in saved.items():
                 if value is None:
@@ -305,6 +326,7 @@ def summarize(result: dict) -> dict:
         # Steps after the first only: the first step's loads are in first_step_s.
         "stall_s": sum(max(0.0, step["seconds"] - STALL_FACTOR * median) for step in later),
         "total_s": first_step_s + sum(step["seconds"] for step in later),
+        "peak_mib": max((step.get("peak_mib") or 0.0 for step in steps), default=0.0) or None,
         "compiles_after_warmup": sum(event["kind"] in COMPILE_KINDS for event in events),
         "autotunes_after_warmup": sum(event["kind"] in AUTOTUNE_KINDS for event in events),
         "torch_compiles_after_warmup": sum(event["kind"] == "torch-compile" for event in events),
@@ -324,6 +346,7 @@ SUMMARY_HEADERS = (
     "steady median ms",
     "stall s",
     "total s",
+    "peak MiB",
     "compiles after step 0",
     "autotunes after step 0",
     "what compiled or autotuned",
@@ -335,10 +358,10 @@ def summary_cells(summary: list[dict]) -> list[list[str]]:
     cells = []
     for item in summary:
         if "skipped" in item:
-            cells.append([item["heads"], item["variant"], "-", "-", "-", "-", "-", "-", f"SKIPPED {item['skipped']}"])
+            cells.append([item["heads"], item["variant"], *["-"] * 7, f"SKIPPED {item['skipped']}"])
             continue
         if "error" in item:
-            cells.append([item["heads"], item["variant"], "-", "-", "-", "-", "-", "-", f"ERROR {item['error']}"])
+            cells.append([item["heads"], item["variant"], *["-"] * 7, f"ERROR {item['error']}"])
             continue
         what = {**item["compiled_after_warmup"], **item["autotuned_after_warmup"]}
         cells.append(
@@ -349,6 +372,7 @@ def summary_cells(summary: list[dict]) -> list[list[str]]:
                 f"{item['steady_median_s'] * 1e3:.2f}",
                 f"{item['stall_s']:.2f}",
                 f"{item['total_s']:.2f}",
+                "-" if item.get("peak_mib") is None else f"{item['peak_mib']:.0f}",
                 str(item["compiles_after_warmup"]),
                 str(item["autotunes_after_warmup"]),
                 ", ".join(f"{name} x{n}" for name, n in what.items()) or "-",
@@ -405,6 +429,8 @@ def run_plan(plan: StreamPlan, workdir: Path, progress: StreamProgress) -> tuple
                 spawned=0.0,
                 result=str(workdir / f"{tag}.result.json"),
                 env=dict(variant.env),
+                layer_model=plan.layer_model,
+                slime_source=plan.slime_source,
             )
             log_path = workdir / f"{tag}.log"
             progress.start(label)

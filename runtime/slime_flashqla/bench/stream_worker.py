@@ -34,6 +34,8 @@ class StreamJob:
     result: str  # where the worker writes its JSON result
     env: dict = field(default_factory=dict)  # set by the parent for this variant (for the report)
     progress: str = ""  # where the worker appends each finished step (bench/stream_progress.py), if set
+    layer_model: str = "qwen3-next"
+    slime_source: str | None = None
 
 
 @dataclass
@@ -46,6 +48,8 @@ class _Plan:
     hidden_size: int
     seed: int
     heads: list
+    layer_model: str = "qwen3-next"
+    slime_source: str | None = None
 
 
 def _events(events) -> list[dict]:
@@ -68,7 +72,7 @@ def run_job(job: StreamJob) -> dict:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     heads = parse_heads(job.heads)[0]
-    plan = _Plan(device, job.dtype, job.head_dim, job.hidden_size, job.seed, [heads])
+    plan = _Plan(device, job.dtype, job.head_dim, job.hidden_size, job.seed, [heads], job.layer_model, job.slime_source)
     variant = VARIANTS[job.variant]
     packs = PackDistribution(**job.packs).packs(job.steps)
     if job.level == "layer":
@@ -94,10 +98,14 @@ def run_job(job: StreamJob) -> dict:
             # A training step's inputs exist before its forward starts: made and settled outside the clock.
             call = prepare(random_inputs(lengths, plan, heads, job.level, generator))
             sync()
+            if device.type == "cuda":
+                base = torch.cuda.memory_allocated(device)
+                torch.cuda.reset_peak_memory_stats(device)
             start = time.perf_counter()
             call()
             sync()
             seconds = time.perf_counter() - start
+            peak_mib = (torch.cuda.max_memory_allocated(device) - base) / 2**20 if device.type == "cuda" else None
             if first_step_end is None:
                 first_step_end = time.time()
             steps.append(
@@ -106,6 +114,7 @@ def run_job(job: StreamJob) -> dict:
                     "tokens": sum(lengths),
                     "sequences": len(lengths),
                     "seconds": seconds,
+                    "peak_mib": peak_mib,  # allocated at the step's peak above its start
                     "events": _events(log.take()),
                 }
             )
