@@ -167,7 +167,10 @@ def build_layer(variant: Variant, heads: HeadConfig, plan):
     # The same seed for every variant: identical weights, and the caller's RNG is left alone.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(plan.seed)
-        layer = Qwen3NextGatedDeltaNet(config, backend=variant.backend)
+        # A variant that swaps in another kernel call would preload kernels it never runs.
+        layer = Qwen3NextGatedDeltaNet(
+            config, backend=variant.backend, preload_kernels=not (variant.direct or variant.repeat)
+        )
         init_like_checkpoint(layer)
     layer = layer.to(device=plan.device, dtype=getattr(torch, plan.dtype))
     if variant.direct:

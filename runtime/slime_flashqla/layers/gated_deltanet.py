@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from slime_flashqla.gdn import BACKENDS, get_chunk_gated_delta_rule
+from slime_flashqla.kernels.preload import start_kernel_preload
 from slime_flashqla.layers.config import GDNConfig
 from slime_flashqla.layers.ops import gdn_gates, rms_norm_gated, short_conv_silu
 from slime_flashqla.triton_ops.causal_conv1d import ProjectionLayout
@@ -45,7 +46,9 @@ class _GatedRMSNorm(nn.Module):
 class _GatedDeltaNetBase(nn.Module):
     """Everything after the input projections: conv, gates, kernel, gated norm, out_proj."""
 
-    def __init__(self, config, layer_idx: int = 0, args=None, backend: str | None = None) -> None:
+    def __init__(
+        self, config, layer_idx: int = 0, args=None, backend: str | None = None, *, preload_kernels: bool = True
+    ) -> None:
         super().__init__()
         cfg = GDNConfig.from_hf(config)
         self.config = cfg
@@ -69,6 +72,9 @@ class _GatedDeltaNetBase(nn.Module):
         self.norm = _GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps, dtype=dtype)
         self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False, dtype=dtype)
         self.chunk_gated_delta_rule = get_chunk_gated_delta_rule(self.backend)
+        if preload_kernels:
+            # Loads what `warmup` recorded for these heads on a background thread (kernels/preload.py).
+            start_kernel_preload(self.backend, self.num_k_heads, self.num_v_heads)
 
     def _mix(self, hidden_states, cu_seqlens):  # pragma: no cover - defined by subclasses
         """(q, k, v, z, b, a): q/k/v after the short conv, z, and the gates' inputs b and a."""
@@ -112,8 +118,10 @@ class _GatedDeltaNetBase(nn.Module):
 class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
     """Qwen3-Next GDN: fused `in_proj_qkvz` and `in_proj_ba`, grouped per key head."""
 
-    def __init__(self, config, layer_idx: int = 0, args=None, backend: str | None = None) -> None:
-        super().__init__(config, layer_idx, args, backend)
+    def __init__(
+        self, config, layer_idx: int = 0, args=None, backend: str | None = None, *, preload_kernels: bool = True
+    ) -> None:
+        super().__init__(config, layer_idx, args, backend, preload_kernels=preload_kernels)
         hidden, dtype = self.config.hidden_size, self.config.dtype
         self.in_proj_qkvz = nn.Linear(hidden, 2 * self.key_dim + 2 * self.value_dim, bias=False, dtype=dtype)
         self.in_proj_ba = nn.Linear(hidden, 2 * self.num_v_heads, bias=False, dtype=dtype)
@@ -132,8 +140,10 @@ class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
 class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
     """Qwen3.5 GDN: separate `in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`."""
 
-    def __init__(self, config, layer_idx: int = 0, args=None, backend: str | None = None) -> None:
-        super().__init__(config, layer_idx, args, backend)
+    def __init__(
+        self, config, layer_idx: int = 0, args=None, backend: str | None = None, *, preload_kernels: bool = True
+    ) -> None:
+        super().__init__(config, layer_idx, args, backend, preload_kernels=preload_kernels)
         hidden, dtype = self.config.hidden_size, self.config.dtype
         self.in_proj_qkv = nn.Linear(hidden, 2 * self.key_dim + self.value_dim, bias=False, dtype=dtype)
         self.in_proj_z = nn.Linear(hidden, self.value_dim, bias=False, dtype=dtype)
