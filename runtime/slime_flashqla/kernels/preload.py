@@ -84,7 +84,7 @@ def recording(task, cache_dir):
     Never raises for the recording itself: a warm-up is not failed because its record could not
     be written (one warning line says so, and a later preload then has less to load).
     """
-    from slime_flashqla.kernels.warmup import STATES
+    from slime_flashqla.kernels.warmup import LAYER
 
     source = _source(task.backend)
     if source is None:
@@ -111,8 +111,10 @@ def recording(task, cache_dir):
                 "dtype": task.dtype,
                 "varlen": task.varlen,
                 "part": task.part,
-                # The state variants are what `check` runs; a layer never passes a state.
-                "for_layers": not task.part.endswith(STATES),
+                # What a layer preloads: what the layer's own steps built. The forced kernel paths
+                # also build what FlashQLA's choice never picked for a warmed pack, and the state
+                # variants are `check`'s (a layer passes no state).
+                "for_layers": task.part == LAYER,
                 "stack": source.stack(),
                 "specialisations": specs,
             },
@@ -130,25 +132,18 @@ def recording(task, cache_dir):
 
 
 def recorded_specs(cache_dir, backend: str, key_heads: int, value_heads: int) -> list[tuple[dict, dict]]:
-    """(stack, spec) for every spec recorded for a layer with these heads on `backend`; common ones first.
+    """(stack, spec) for every spec a layer part of `warmup` recorded for these heads on `backend`; common first.
 
-    A spec recorded by more warm-up parts (the layer's steps, each forced kernel path) comes
-    before one that fewer parts met, and among equals the layer part's order comes first; the
-    state variants of `check` are left out.
+    A spec that more records hold (other dtypes, other token budgets) comes first, then each in
+    the order its record lists it.
     """
-    from slime_flashqla.kernels.warmup import LAYER
-
-    records = []
+    counts, first = Counter(), {}
     for path in sorted(record_dir(cache_dir).glob("*.json")):
         try:
-            records.append(json.loads(path.read_text()))
+            data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # a record being replaced, or not ours
-    counts, first = Counter(), {}
-    for data in sorted(records, key=lambda data: data.get("part") != LAYER):
-        if not isinstance(data, dict):
-            continue
-        if (
+        if not isinstance(data, dict) or (
             data.get("format") != FORMAT
             or data.get("backend") != backend
             or (data.get("key_heads"), data.get("value_heads")) != (key_heads, value_heads)

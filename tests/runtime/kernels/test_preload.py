@@ -126,29 +126,31 @@ def test_the_switch_is_on_unless_told_otherwise():
     assert "SLIME_FLASHQLA_PRELOAD='yes please'" in message and "\n" not in message
 
 
-def test_recording_writes_what_each_part_built_and_reading_keeps_the_layers_own(backend, tmp_path):
+def test_recording_writes_what_each_part_built_and_a_layer_reads_its_own_parts(backend, tmp_path):
     cache = tmp_path / "cache"
     warm(backend, cache, "layer", names=["cumsum", "fwd-cp", "fwd-128"])
     backend.loaded.clear()  # each part is its own process
-    warm(backend, cache, "no-cp", names=["cumsum", "fwd-128"])
+    warm(backend, cache, "no-cp", names=["cumsum", "fwd-128", "fwd-forced"])  # a forced path: not preloaded
     backend.loaded.clear()
-    warm(backend, cache, "no-cp+states", names=["cumsum", "fwd-states"])  # what `check` runs, never a layer
+    warm(backend, cache, "no-cp+states", names=["fwd-states"])  # what `check` runs, never a layer
     backend.loaded.clear()
     warm(backend, cache, "layer", heads=HeadConfig(1, 4), names=["other-heads"])
     backend.loaded = ["cumsum"]  # built by an earlier task in the same process: not this task's
-    warm(backend, cache, "intra-cp", names=["cumsum", "fwd-cp", "bidi"])
+    other_budget = WarmupTask("testing", HeadConfig(2, 4), max_tokens=8192)
+    with recording(other_budget, cache):
+        backend.loaded += ["bidi", "fwd-cp"]
 
+    tasks = [WarmupTask("testing", HeadConfig(2, 4), part=part) for part in ("layer", "no-cp", "no-cp+states")]
+    tasks += [WarmupTask("testing", HeadConfig(1, 4)), other_budget]
     files = sorted(path.name for path in record_dir(cache).glob("*.json"))
-    assert files == [f"{task.key}.json" for task in sorted(
-        [WarmupTask("testing", HeadConfig(2, 4), part=p) for p in ("layer", "no-cp", "no-cp+states", "intra-cp")]
-        + [WarmupTask("testing", HeadConfig(1, 4))], key=lambda t: t.key)]  # fmt: skip
-    record = json.loads((record_dir(cache) / files[0]).read_text())
-    assert record["stack"] == STACK and record["backend"] == "testing"
+    assert files == sorted(f"{task.key}.json" for task in tasks)
+    record = json.loads((record_dir(cache) / f"{other_budget.key}.json").read_text())
+    assert record["stack"] == STACK and record["backend"] == "testing" and record["part"] == "layer"
+    assert [spec["name"] for spec in record["specialisations"]] == ["bidi", "fwd-cp"]
 
     specs = recorded_specs(cache, "testing", 2, 4)
-    names = [spec["name"] for _, spec in specs]
-    # Met by two parts first, then by one, each once; no states variant, no other heads.
-    assert names == ["cumsum", "fwd-cp", "fwd-128", "bidi"]
+    # In both layer records first, then the rest in record order; no forced path, no states, no other heads.
+    assert [spec["name"] for _, spec in specs] == ["fwd-cp", "cumsum", "fwd-128", "bidi"]
     assert all(stack == STACK for stack, _ in specs)
     assert recorded_specs(cache, "testing", 1, 4)[0][1] == {"name": "other-heads"}
     assert recorded_specs(cache, "torch", 2, 4) == []
@@ -165,7 +167,7 @@ def test_a_failed_part_records_nothing_and_a_broken_record_file_is_passed_over(b
     with pytest.raises(RuntimeError):
         failing_part()
     assert not record_dir(cache).exists()
-    warm(backend, cache, "no-cp", names=["whole"])
+    warm(backend, cache, "layer", names=["whole"])
     (record_dir(cache) / "garbage.json").write_text("{not json")
     (record_dir(cache) / ".partial.json.123.tmp").write_text("{}")
     # "half" was built before this part began (same process): it is not this part's.
