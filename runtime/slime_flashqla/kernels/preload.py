@@ -5,7 +5,7 @@ specialisation (another CP path or value block than the first step's) still cost
 what building the kernel's program and loading it does. So:
 
 - `warmup` records, next to the cache (`<cache>/slime-flashqla-preload/`), every specialisation
-  each part loaded, with the program it was built from (`recording`);
+  its `layer` part loaded, with the program it was built from (`recording`);
 - a GDN layer's construction calls `start_kernel_preload(backend, Hk, Hv)`, which starts (once
   per process and head configuration) a daemon thread that imports the backend's kernel
   package and loads what was recorded for those heads, so the steps find it loaded.
@@ -79,7 +79,7 @@ def _write_json(path: Path, data: dict) -> None:
 
 @contextmanager
 def recording(task, cache_dir):
-    """Record the specialisations of `task`'s backend that the block loads, for a later preload of them.
+    """Record the specialisations a layer part of `warmup` loads in the block, for a later preload of them.
 
     Never raises for the recording itself: a warm-up is not failed because its record could not
     be written (one warning line says so, and a later preload then has less to load).
@@ -87,7 +87,10 @@ def recording(task, cache_dir):
     from slime_flashqla.kernels.warmup import LAYER
 
     source = _source(task.backend)
-    if source is None:
+    # What a layer preloads is what the layer's own steps built. The forced kernel paths also
+    # build what FlashQLA's choice never picked for a warmed pack; the state variants are
+    # `check`'s (a layer passes no state).
+    if source is None or task.part != LAYER:
         yield
         return
     try:
@@ -111,10 +114,6 @@ def recording(task, cache_dir):
                 "dtype": task.dtype,
                 "varlen": task.varlen,
                 "part": task.part,
-                # What a layer preloads: what the layer's own steps built. The forced kernel paths
-                # also build what FlashQLA's choice never picked for a warmed pack, and the state
-                # variants are `check`'s (a layer passes no state).
-                "for_layers": task.part == LAYER,
                 "stack": source.stack(),
                 "specialisations": specs,
             },
@@ -137,6 +136,8 @@ def recorded_specs(cache_dir, backend: str, key_heads: int, value_heads: int) ->
     A spec that more records hold (other dtypes, other token budgets) comes first, then each in
     the order its record lists it.
     """
+    from slime_flashqla.kernels.warmup import LAYER
+
     counts, first = Counter(), {}
     for path in sorted(record_dir(cache_dir).glob("*.json")):
         try:
@@ -147,7 +148,7 @@ def recorded_specs(cache_dir, backend: str, key_heads: int, value_heads: int) ->
             data.get("format") != FORMAT
             or data.get("backend") != backend
             or (data.get("key_heads"), data.get("value_heads")) != (key_heads, value_heads)
-            or not data.get("for_layers")
+            or data.get("part") != LAYER
         ):
             continue
         for spec in data.get("specialisations", []):
@@ -168,6 +169,7 @@ class PreloadResult:
     skipped: list[str] = field(default_factory=list)  # one line per recorded spec it could not load
     note: str = ""  # why it loaded nothing or stopped early; empty when it went through
     seconds: float = 0.0
+    finished: float = 0.0  # time.time() when it ended
     timings: list[tuple[str, float, float]] = field(default_factory=list)  # (label, prepare s, load s)
 
 
@@ -217,7 +219,7 @@ class Preloader:
         except Exception as error:  # never into training: the preload ends with one line
             self.result.note = f"stopped: {one_line(error)}"
         finally:
-            self.result.seconds = time.perf_counter() - start
+            self.result.seconds, self.result.finished = time.perf_counter() - start, time.time()
             try:
                 self._report()
             finally:
