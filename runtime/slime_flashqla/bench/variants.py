@@ -222,7 +222,9 @@ def _our_layer(variant: Variant, heads: HeadConfig, plan):
     # The same seed for every variant: identical weights, and the caller's RNG is left alone.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(plan.seed)
-        layer = classes[getattr(plan, "layer_model", "qwen3-next")](config, backend=variant.backend)
+        # A variant that swaps in another kernel call would preload kernels it never runs.
+        cls = classes[getattr(plan, "layer_model", "qwen3-next")]
+        layer = cls(config, backend=variant.backend, preload_kernels=not (variant.direct or variant.repeat))
         init_like_checkpoint(layer)
     return layer.to(device=plan.device, dtype=getattr(torch, plan.dtype)), config
 

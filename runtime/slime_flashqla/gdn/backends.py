@@ -29,6 +29,7 @@ class TorchBackend:
     name = "torch"
     supports_gva = True
     unavailable_error = RuntimeError
+    specialisations = None  # nothing is compiled, so nothing is preloaded
 
     def available(self, device: torch.device | None = None) -> tuple[bool, str]:
         return True, "pure PyTorch, always available"
@@ -65,6 +66,7 @@ class FLABackend:
     name = "fla"
     module = "fla"
     unavailable_error = RuntimeError
+    specialisations = None  # the preload covers TileLang factories; FLA's kernels are Triton's
 
     @property
     def supports_gva(self) -> bool:
@@ -190,6 +192,14 @@ class FlashQLABackend:
         only the paths those packs took. (Keyword arguments of flash-qla 0.1.3.)
         """
         return {"no-cp": {"auto_cp": False}, "intra-cp": {"force_intra_cp": True}}
+
+    @functools.cached_property
+    def specialisations(self):
+        """FlashQLA's TileLang factories, as a source of what `warmup` records and a layer preloads."""
+        from slime_flashqla.kernels.tilelang_specs import TileLangPackage
+
+        # TileLang and its TVM runtime build the programs; flash-qla's sources are what they build.
+        return TileLangPackage("flash_qla", ("flash-qla", "tilelang", "apache-tvm-ffi"), _flash_qla_kernel)
 
 
 @functools.cache  # called on every launch: the check, import and attribute lookup happen once

@@ -71,16 +71,27 @@ def _deferred_disable(real):
     return disable
 
 
+def _in_thread(thread: int, deferred, real):
+    @functools.wraps(real)
+    def choose(*args, **kwargs):
+        # The swap is process-wide, but only the importing thread asked for it: a model being
+        # built on another thread meanwhile gets the real torch.compile (an OptimizedModule).
+        return (deferred if threading.get_ident() == thread else real)(*args, **kwargs)
+
+    return choose
+
+
 @contextmanager
 def torch_compile_deferred():
-    """Within the block, `torch.compile` and `torch.compiler.disable` defer importing the compiler to first use."""
+    """Within the block, this thread's `torch.compile` and `torch.compiler.disable` defer the compiler to first use."""
     import torch
     import torch.compiler
 
     with _swap:
         real_compile, real_disable = torch.compile, torch.compiler.disable
-        torch.compile = _deferred(real_compile)
-        torch.compiler.disable = _deferred_disable(real_disable)
+        thread = threading.get_ident()
+        torch.compile = _in_thread(thread, _deferred(real_compile), real_compile)
+        torch.compiler.disable = _in_thread(thread, _deferred_disable(real_disable), real_disable)
         try:
             yield
         finally:
@@ -89,9 +100,9 @@ def torch_compile_deferred():
 
 def import_deferring_torch_compile(name: str):
     """Import module `name` (if not imported yet) with its `@torch.compile` decorators deferred."""
-    import sys
-
     if name in sys.modules:
-        return sys.modules[name]
+        # Not sys.modules[name]: while another thread imports it (a kernel preload), that is a
+        # half-run module; import_module waits for the import to finish, as `import` does.
+        return importlib.import_module(name)
     with torch_compile_deferred():
         return importlib.import_module(name)

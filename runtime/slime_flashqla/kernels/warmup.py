@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from slime_flashqla.kernels.cache import CACHE_ENV, tilelang_cache_dir
+from slime_flashqla.kernels.preload import recording
 from slime_flashqla.models import HeadConfig
 
 WARMUP_BACKENDS = ("flashqla", "fla", "torch")
@@ -159,7 +160,7 @@ def _layer_steps(task: WarmupTask, lengths, device: str, coverage: bool) -> None
 
     dtype = getattr(torch, task.dtype)
     config = gdn_layer_config(task.heads.key_heads, task.heads.value_heads)
-    layer = Qwen3NextGatedDeltaNet(config, backend=task.backend).to(device, dtype)
+    layer = Qwen3NextGatedDeltaNet(config, backend=task.backend, preload_kernels=False).to(device, dtype)
     init_like_checkpoint(layer)
     if not task.varlen:
         x = torch.randn(2, 128, config["hidden_size"], device=device, dtype=dtype, requires_grad=True)
@@ -226,9 +227,11 @@ def warm_up(task: WarmupTask, cache_dir: Path, *, force: bool = False, lengths=D
         if marker.exists() and not force:
             # Compiled by an earlier run or by the rank that held the lock before us: loading is
             # cheap, and this process may be a rank that needs the kernels loaded anyway.
-            run_kernels(task, lengths, device)
+            with recording(task, cache_dir):
+                run_kernels(task, lengths, device)
             return WarmupResult(task.key, time.perf_counter() - start, waited, "cached")
-        run_kernels(task, lengths, device)
+        with recording(task, cache_dir):  # what a training process may preload (kernels/preload.py)
+            run_kernels(task, lengths, device)
         seconds = time.perf_counter() - start
         # Temp file and rename: a concurrent `cache export` or reader never sees half a marker.
         partial = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
@@ -261,7 +264,8 @@ def warm_up_all(
     import multiprocessing
 
     # spawn: CUDA cannot be initialised in a forked child of a process that already used it.
-    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+    # One task per process: each task's record is what that task loaded (kernels/preload.py).
+    with multiprocessing.get_context("spawn").Pool(jobs, maxtasksperchild=1) as pool:
         for result in pool.imap_unordered(_worker, work):
             results.append(result)
             if progress:

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from slime_flashqla.gdn import BACKENDS, get_chunk_gated_delta_rule
+from slime_flashqla.kernels.preload import start_kernel_preload
 from slime_flashqla.layers.config import GDNConfig
 from slime_flashqla.layers.ops import gdn_gates, rms_norm_gated, short_conv_silu
 from slime_flashqla.layers.tensor_parallel import ShardRule, TensorParallel
@@ -60,6 +61,7 @@ class _GatedDeltaNetBase(nn.Module):
         *,
         tp_group=None,
         sequence_parallel: bool = False,
+        preload_kernels: bool = True,
     ) -> None:
         super().__init__()
         self.full_config = GDNConfig.from_hf(config)
@@ -86,6 +88,9 @@ class _GatedDeltaNetBase(nn.Module):
         self.norm = _GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps, dtype=dtype, tp=self.tp)
         self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False, dtype=dtype)
         self.chunk_gated_delta_rule = get_chunk_gated_delta_rule(self.backend)
+        if preload_kernels:
+            # Loads what `warmup` recorded for these heads on a background thread (kernels/preload.py).
+            start_kernel_preload(self.backend, self.num_k_heads, self.num_v_heads)
         if self.tp.size > 1:
             self._register_load_state_dict_pre_hook(self._keep_own_shards)
 

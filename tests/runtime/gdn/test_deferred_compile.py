@@ -133,3 +133,61 @@ def test_a_plain_import_of_a_compiler_disable_does_import_dynamo(tmp_path):
     (tmp_path / "disabled_at_import.py").write_text(DISABLED_MODULE)
     loaded = plain_import(tmp_path, "disabled_at_import", "'torch._dynamo' in sys.modules, 'sympy' in sys.modules")
     assert loaded == "True True"
+
+
+SLOW_MODULE = textwrap.dedent(
+    """
+    import gate  # the test's: lets the test hold this import half-way
+    import torch
+
+    gate.entered.set()
+    gate.release.wait(60)
+
+    @torch.compile
+    def plain(x):
+        return x * 2
+
+    COMPLETE = True
+    """
+)
+
+THREADS_CHILD = textwrap.dedent(
+    """
+    import sys, threading, types, torch
+    sys.path.insert(0, sys.argv[1])
+    gate = types.ModuleType("gate")
+    gate.entered, gate.release = threading.Event(), threading.Event()
+    sys.modules["gate"] = gate
+    from slime_flashqla.gdn.deferred_compile import import_deferring_torch_compile
+    got = {}
+
+    def importer(name):
+        return lambda: got.setdefault(name, import_deferring_torch_compile("slow_at_import"))
+
+    preload = threading.Thread(target=importer("preload"))
+    preload.start()
+    assert gate.entered.wait(60)  # the preload thread is inside the import, torch.compile swapped
+    # The training thread builds its model meanwhile: its torch.compile is the real one.
+    model = torch.compile(torch.nn.Linear(2, 2), backend="eager")
+    print("REAL_COMPILE", isinstance(model, torch.nn.Module), getattr(model, "deferred_torch_compile", False))
+    second = threading.Thread(target=importer("second"))
+    second.start()
+    second.join(0.5)
+    print("SECOND_WAITS", second.is_alive())  # the module is in sys.modules, half-run: it must wait
+    gate.release.set()
+    preload.join(60); second.join(60)
+    print("SAME_COMPLETE", got["second"] is got["preload"], getattr(got["second"], "COMPLETE", False))
+    print("DEFERRED_IN_IMPORT", got["preload"].plain.deferred_torch_compile)
+    """
+)
+
+
+def test_a_deferred_import_on_another_thread_changes_nothing_for_this_one(tmp_path):
+    """A kernel preload imports flash_qla on its own thread: the training thread's torch.compile is the real
+    one meanwhile, and its own import of the module waits for that import instead of taking the half-run module."""
+    (tmp_path / "slow_at_import.py").write_text(SLOW_MODULE)
+    lines = tagged_lines(run_child(THREADS_CHILD, tmp_path))
+    assert lines["REAL_COMPILE"] == "True False"
+    assert lines["SECOND_WAITS"] == "True"
+    assert lines["SAME_COMPLETE"] == "True True"
+    assert lines["DEFERRED_IN_IMPORT"] == "True"

@@ -63,8 +63,11 @@ def _rank(rank, world_size, model, sequence_parallel):
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("model", list(CLASSES))
 def test_sharded_layer_matches_the_whole_layer(model, world_size, sequence_parallel):
-    # Four ranks of float64 reference layers on a 2-core machine: a generous deadline, still not a hang.
-    results = run_world(_rank, world_size, deadline_s=300, model=model, sequence_parallel=sequence_parallel)
+    # Spawned, not forked: a fork after earlier tests used torch's OpenMP pool hangs the child's first
+    # matmul. Four ranks of float64 reference layers on a 2-core machine: a generous deadline, still not a hang.
+    results = run_world(
+        _rank, world_size, start_method="spawn", deadline_s=300, model=model, sequence_parallel=sequence_parallel
+    )
     for errors, local_heads in results:
         assert local_heads == (4 // world_size, 8 // world_size)
         bad = {k: v for k, v in errors.items() if not v < 1e-10}

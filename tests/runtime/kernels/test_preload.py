@@ -1,0 +1,346 @@
+"""The kernel preload: its switch, the warm-up's records, and the background thread that loads them.
+
+The preload machinery runs for real here (threads, record files, logging). What it loads comes
+from a small backend registered for these tests, whose items log what happens to them:
+FlashQLA's own TileLang items are tested in test_tilelang_specs.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+from slime_flashqla.kernels import preload
+from slime_flashqla.kernels.preload import (
+    Preloader,
+    PreloadSettingError,
+    preload_mode,
+    record_dir,
+    recorded_specs,
+    recording,
+    start_kernel_preload,
+)
+from slime_flashqla.kernels.warmup import WarmupTask
+from slime_flashqla.models import HeadConfig
+
+STACK = {"gpu_arch": "sm_90", "kernels": "1.0"}
+
+
+class Item:
+    """One recorded spec as the test source loads it: every call is logged with its thread."""
+
+    def __init__(self, spec: dict, source: Source) -> None:
+        self.spec, self.source, self.label = spec, source, spec["name"]
+
+    def problem(self):
+        return "its cache entry is gone" if self.label in self.source.missing else None
+
+    def prepare(self) -> bool:
+        self.source.log("prepare", self.label)
+        self.source.gate.wait(30)  # held until the test lets the preload go on
+        return self.source.use_program
+
+    def load(self) -> bool:
+        self.source.log("load", self.label)
+        if self.label in self.source.failing:
+            raise RuntimeError(f"cannot load {self.label}\nsecond line")
+        return True
+
+
+class Source:
+    """A backend's source of specialisations, with the methods FlashQLA's TileLangPackage has."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.missing, self.failing = set(), set()
+        self.loaded: list[str] = []  # what the "kernel package" has built in this process
+        self.here = dict(STACK)
+        self.use_program = None
+        self.guarded = []
+
+    def log(self, phase: str, label: str) -> None:
+        self.events.append((phase, label, threading.current_thread().name))
+
+    def snapshot(self) -> set:
+        return set(self.loaded)
+
+    def record(self, before, cache_dir, record_dir):
+        return [{"name": name} for name in self.loaded if name not in before], []
+
+    def stack(self) -> dict:
+        return dict(self.here)
+
+    def specialisations(self, specs, cache_dir, record_dir, use_program):
+        self.use_program = use_program
+        return [Item(spec, self) for spec in specs]
+
+    def guard_problem(self):
+        return None
+
+    @contextmanager
+    def guard(self):
+        self.guarded.append("enter")
+        yield
+        self.guarded.append("exit")
+
+
+class Backend:
+    def __init__(self, source: Source) -> None:
+        self.specialisations = source
+
+
+@pytest.fixture
+def backend(monkeypatch):
+    """A fresh test source under the backend name `testing`, a fresh preload registry, the switch unset."""
+    source = Source()
+    monkeypatch.setitem(KERNEL_BACKENDS, "testing", Backend(source))
+    monkeypatch.setattr(preload, "_gpu_present", lambda: True)  # the preload runs where a GPU is
+    monkeypatch.setattr(preload, "_preloaders", {})
+    monkeypatch.delenv(preload.PRELOAD_ENV, raising=False)
+    return source
+
+
+def warm(backend: Source, cache_dir, part: str, heads=None, names=()):
+    """What one warm-up part records (heads 2/4 unless given): `names` get built inside the recording."""
+    task = WarmupTask("testing", heads or HeadConfig(2, 4), part=part)
+    with recording(task, cache_dir):
+        backend.loaded += [name for name in names if name not in backend.loaded]
+    return task
+
+
+def test_the_switch_is_on_unless_told_otherwise():
+    assert preload_mode({}) == preload_mode({"SLIME_FLASHQLA_PRELOAD": "1"}) == "on"
+    assert preload_mode({"SLIME_FLASHQLA_PRELOAD": " On "}) == "on"
+    assert preload_mode({"SLIME_FLASHQLA_PRELOAD": "0"}) == preload_mode({"SLIME_FLASHQLA_PRELOAD": "off"}) == "off"
+    assert preload_mode({"SLIME_FLASHQLA_PRELOAD": "calls"}) == "calls"
+    with pytest.raises(PreloadSettingError) as raised:
+        preload_mode({"SLIME_FLASHQLA_PRELOAD": "yes please"})
+    message = str(raised.value)
+    assert "SLIME_FLASHQLA_PRELOAD='yes please'" in message and "\n" not in message
+
+
+def test_recording_writes_what_each_part_built_and_a_layer_reads_its_own_parts(backend, tmp_path):
+    cache = tmp_path / "cache"
+    warm(backend, cache, "layer", names=["cumsum", "fwd-cp", "fwd-128"])
+    backend.loaded.clear()  # each part is its own process
+    warm(backend, cache, "no-cp", names=["cumsum", "fwd-128", "fwd-forced"])  # a forced path: not preloaded
+    backend.loaded.clear()
+    warm(backend, cache, "no-cp+states", names=["fwd-states"])  # what `check` runs, never a layer
+    backend.loaded.clear()
+    warm(backend, cache, "layer", heads=HeadConfig(1, 4), names=["other-heads"])
+    backend.loaded = ["cumsum"]  # built by an earlier task in the same process: not this task's
+    other_budget = WarmupTask("testing", HeadConfig(2, 4), max_tokens=8192)
+    with recording(other_budget, cache):
+        backend.loaded += ["bidi", "fwd-cp"]
+
+    # Only the layer parts write a record: the forced paths and the state variants are no layer's.
+    tasks = [WarmupTask("testing", HeadConfig(2, 4)), WarmupTask("testing", HeadConfig(1, 4)), other_budget]
+    files = sorted(path.name for path in record_dir(cache).glob("*.json"))
+    assert files == sorted(f"{task.key}.json" for task in tasks)
+    record = json.loads((record_dir(cache) / f"{other_budget.key}.json").read_text())
+    assert record["stack"] == STACK and record["backend"] == "testing" and record["part"] == "layer"
+    assert [spec["name"] for spec in record["specialisations"]] == ["bidi", "fwd-cp"]
+
+    specs = recorded_specs(cache, "testing", 2, 4)
+    # In both layer records first, then the rest in record order; no other heads.
+    assert [spec["name"] for _, spec in specs] == ["fwd-cp", "cumsum", "fwd-128", "bidi"]
+    assert all(stack == STACK for stack, _ in specs)
+    assert recorded_specs(cache, "testing", 1, 4)[0][1] == {"name": "other-heads"}
+    assert recorded_specs(cache, "torch", 2, 4) == []
+
+
+def test_a_failed_part_records_nothing_and_a_broken_record_file_is_passed_over(backend, tmp_path):
+    cache = tmp_path / "cache"
+
+    def failing_part():
+        with recording(WarmupTask("testing", HeadConfig(2, 4)), cache):
+            backend.loaded.append("half")
+            raise RuntimeError("the warm-up step failed")
+
+    with pytest.raises(RuntimeError):
+        failing_part()
+    assert not record_dir(cache).exists()
+    warm(backend, cache, "layer", names=["whole"])
+    (record_dir(cache) / "garbage.json").write_text("{not json")
+    (record_dir(cache) / ".partial.json.123.tmp").write_text("{}")
+    # "half" was built before this part began (same process): it is not this part's.
+    assert [spec["name"] for _, spec in recorded_specs(cache, "testing", 2, 4)] == ["whole"]
+
+
+def test_the_preload_runs_on_its_own_thread_without_blocking_the_caller(backend, tmp_path):
+    cache = tmp_path / "cache"
+    warm(backend, cache, "layer", names=["a", "b", "c"])
+    backend.gate.clear()  # every prepare() waits until the test sets the gate
+    began = time.perf_counter()
+    preloader = start_kernel_preload("testing", 2, 4, cache_dir=cache)
+    assert time.perf_counter() - began < 1.0
+    assert not preloader.wait(0.2)  # still held at its first item, while the caller goes on
+    backend.gate.set()
+    assert preloader.wait(30)
+    caller = threading.current_thread().name
+    threads = {thread for _, _, thread in backend.events}
+    assert threads == {"slime-flashqla preload testing 2/4"} and caller not in threads
+    # Every recorded program is filed before any kernel is loaded, both in the recorded order.
+    assert [(phase, label) for phase, label, _ in backend.events] == [
+        ("prepare", "a"), ("prepare", "b"), ("prepare", "c"), ("load", "a"), ("load", "b"), ("load", "c"),
+    ]  # fmt: skip
+    assert backend.guarded == ["enter", "exit"]  # the loads ran inside the backend's compile guard
+    result = preloader.result
+    assert (result.loaded, result.present, result.programs, result.note) == (3, 0, 3, "")
+    assert [label for label, _, _ in result.timings] == ["a", "b", "c"]
+
+
+def test_the_preload_starts_once_per_process_and_heads(backend, tmp_path):
+    cache = tmp_path / "cache"
+    warm(backend, cache, "layer", names=["a"])
+    warm(backend, cache, "layer", heads=HeadConfig(1, 4), names=["b"])
+    first = start_kernel_preload("testing", 2, 4, cache_dir=cache)
+    again = [start_kernel_preload("testing", 2, 4, cache_dir=cache) for _ in range(3)]
+    other = start_kernel_preload("testing", 1, 4, cache_dir=cache)
+    assert all(p is first for p in again) and other is not first
+    assert first.wait(30) and other.wait(30)
+    assert sorted(label for phase, label, _ in backend.events if phase == "load") == ["a", "b"]
+
+
+def test_calls_mode_preloads_without_the_recorded_programs(backend, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    warm(backend, cache, "layer", names=["a"])
+    monkeypatch.setenv(preload.PRELOAD_ENV, "calls")
+    preloader = start_kernel_preload("testing", 2, 4, cache_dir=cache)
+    assert preloader.wait(30)
+    assert backend.use_program is False and preloader.result.programs == 0 and preloader.result.loaded == 1
+
+
+def test_off_starts_nothing_and_a_bad_value_is_refused_before_any_thread(backend, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    warm(backend, cache, "layer", names=["a"])
+    threads = threading.active_count()
+    monkeypatch.setenv(preload.PRELOAD_ENV, "0")
+    assert start_kernel_preload("testing", 2, 4, cache_dir=cache) is None
+    monkeypatch.setenv(preload.PRELOAD_ENV, "maybe")
+    with pytest.raises(PreloadSettingError):
+        start_kernel_preload("testing", 2, 4, cache_dir=cache)
+    assert threading.active_count() == threads and backend.events == [] and preload._preloaders == {}
+
+
+def test_an_error_ends_the_preload_with_one_logged_line_and_never_reaches_the_caller(backend, tmp_path, caplog):
+    cache = tmp_path / "cache"
+    warm(backend, cache, "layer", names=["a", "b", "c"])
+    backend.failing = {"b"}
+    with caplog.at_level(logging.INFO, logger=preload.logger.name):
+        preloader = start_kernel_preload("testing", 2, 4, cache_dir=cache)
+        assert preloader.wait(30)
+    result = preloader.result
+    assert result.loaded == 1 and result.note == "stopped: cannot load b second line"
+    assert [label for phase, label, _ in backend.events if phase == "load"] == ["a", "b"]  # c never tried
+    lines = [record for record in caplog.records if record.name == preload.logger.name]
+    assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+    assert "\n" not in lines[0].getMessage() and "stopped: cannot load b" in lines[0].getMessage()
+
+
+def test_what_is_no_longer_loadable_is_skipped_and_said(backend, tmp_path, caplog):
+    cache = tmp_path / "cache"
+    warm(backend, cache, "layer", names=["a", "gone", "c"])
+    backend.missing = {"gone"}
+    with caplog.at_level(logging.INFO, logger=preload.logger.name):
+        preloader = start_kernel_preload("testing", 2, 4, cache_dir=cache)
+        assert preloader.wait(30)
+    assert [label for phase, label, _ in backend.events if phase == "load"] == ["a", "c"]
+    assert preloader.result.skipped == ["gone: its cache entry is gone"]
+    assert caplog.records[-1].levelno == logging.WARNING and "1 skipped (gone: its cache" in caplog.messages[-1]
+
+
+def test_records_of_another_stack_are_not_loaded(backend, tmp_path, caplog):
+    cache = tmp_path / "cache"
+    warm(backend, cache, "layer", names=["a"])
+    backend.here["kernels"] = "2.0"
+    with caplog.at_level(logging.INFO, logger=preload.logger.name):
+        preloader = start_kernel_preload("testing", 2, 4, cache_dir=cache)
+        assert preloader.wait(30)
+    assert backend.events == [] and preloader.result.loaded == 0
+    assert preloader.result.note == (
+        "stopped: recorded on another stack (kernels 1.0 there, 2.0 here); run slime-flashqla warmup again"
+    )
+    assert caplog.records[-1].levelno == logging.WARNING
+
+
+def test_nothing_recorded_is_a_quiet_note(backend, tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger=preload.logger.name):
+        preloader = start_kernel_preload("testing", 2, 4, cache_dir=tmp_path / "empty")
+        assert preloader.wait(30)
+    assert "none recorded in" in preloader.result.note and "slime-flashqla warmup" in preloader.result.note
+    assert caplog.records[-1].levelno == logging.INFO
+
+
+def test_a_stopped_preload_loads_nothing_more(backend, tmp_path):
+    cache = tmp_path / "cache"
+    warm(backend, cache, "layer", names=["a", "b"])
+    backend.gate.clear()
+    preloader = start_kernel_preload("testing", 2, 4, cache_dir=cache)
+    while not backend.events:
+        time.sleep(0.01)
+    preloader.stop()  # what the process's exit does
+    backend.gate.set()
+    assert preloader.wait(30)
+    assert [phase for phase, _, _ in backend.events] == ["prepare"] and preloader.result.loaded == 0
+
+
+def test_a_layer_starts_its_backends_preload_at_construction(monkeypatch):
+    from slime_flashqla.layers import Qwen3NextGatedDeltaNet, gated_deltanet
+    from slime_flashqla.models import gdn_layer_config
+
+    calls = []
+    monkeypatch.setattr(gated_deltanet, "start_kernel_preload", lambda *args: calls.append(args))
+    Qwen3NextGatedDeltaNet(gdn_layer_config(2, 4), backend="torch")
+    Qwen3NextGatedDeltaNet(gdn_layer_config(1, 4), backend="torch", preload_kernels=False)
+    assert calls == [("torch", 2, 4)]
+
+
+def test_no_thread_where_nothing_could_be_preloaded(monkeypatch):
+    """The torch and fla backends keep no records, and without a GPU nothing was compiled: no thread at all."""
+    from slime_flashqla.layers import Qwen3NextGatedDeltaNet
+    from slime_flashqla.models import gdn_layer_config
+
+    monkeypatch.setattr(preload, "_preloaders", {})
+    monkeypatch.delenv(preload.PRELOAD_ENV, raising=False)
+    threads = threading.active_count()
+    for backend in ("torch", "fla", "auto"):
+        monkeypatch.setattr(preload, "_gpu_present", lambda gpu=backend != "auto": gpu)  # auto: on a CPU machine
+        assert start_kernel_preload(backend, 2, 4) is None
+    Qwen3NextGatedDeltaNet(gdn_layer_config(2, 4), backend="torch")
+    assert preload._preloaders == {} and threading.active_count() == threads
+    monkeypatch.setenv(preload.PRELOAD_ENV, "sometimes")
+    with pytest.raises(PreloadSettingError):  # a bad setting stops the model build, in one line
+        Qwen3NextGatedDeltaNet(gdn_layer_config(1, 2), backend="torch")
+
+
+def test_a_forked_child_starts_with_fresh_preload_state(backend):
+    """A child forked while a parent's preload holds its locks must not inherit them held (it has no thread)."""
+    import multiprocessing
+
+    preload._registry.acquire()
+    try:
+        ctx = multiprocessing.get_context("fork")
+        child = ctx.Process(target=lambda: start_kernel_preload("testing", 1, 1, cache_dir="/nonexistent"))
+        child.start()
+        child.join(30)
+        assert child.exitcode == 0
+    finally:
+        preload._registry.release()
+
+
+def test_preloader_reports_an_exception_of_its_plan():
+    def plan():
+        raise OSError("the record directory is unreadable")
+
+    preloader = Preloader("x", plan).start()
+    assert preloader.wait(30)
+    assert preloader.result.note == "stopped: the record directory is unreadable"
