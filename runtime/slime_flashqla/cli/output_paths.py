@@ -103,9 +103,9 @@ def check_output_path(path, *, what: str, suffixes: tuple[str, ...] | None = Non
     if shown.endswith(os.sep):
         raise OutputPathError(f"{_label(what, shown)}: names a directory; give a file name")
     given = Path(shown).expanduser()
+    dest = _destination(given, what, shown)  # first: "is a character device" says more than a suffix
     if suffixes and not given.name.lower().endswith(tuple(suffix.lower() for suffix in suffixes)):
         raise OutputPathError(f"{_label(what, shown)}: the name must end in {', '.join(suffixes)}")
-    dest = _destination(given, what, shown)
     if not dest.parent.is_dir():
         raise OutputPathError(f"{_label(what, shown)}: the directory {dest.parent} does not exist")
     probe = _temp_path(dest.parent, dest.name)
