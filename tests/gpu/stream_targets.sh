@@ -62,7 +62,7 @@ for s in "${stages[@]}"; do
       ;;
     archive)
       stage "cache export, caches emptied, cache import, a fresh auto stream"
-      $PY -m slime_flashqla cache export "$OUT_DIR/kernel-cache.tar" --tilelang-dir "$TILELANG_CACHE_DIR" \
+      $PY -m slime_flashqla cache export --force "$OUT_DIR/kernel-cache.tar" --tilelang-dir "$TILELANG_CACHE_DIR" \
         --triton-dir "$TRITON_CACHE_DIR" || status=1
       ls -l "$OUT_DIR/kernel-cache.tar"
       rm -rf "$CACHE_ROOT" && mkdir -p "$CACHE_ROOT"

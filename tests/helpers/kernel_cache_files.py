@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
 import os
 import random
 import shutil
 import sys
+import tarfile
 import time
 import uuid
 from pathlib import Path
@@ -124,6 +126,27 @@ def make_caches(root: Path, *, entries: int = 3, kernels: int = 3, so_size: int 
     (triton / "KEY000" / "tmp.pid_1_dead").mkdir()
     (triton / "KEY000" / "tmp.pid_1_dead" / "kernel_0.cubin").write_bytes(b"partial")
     return tilelang, triton
+
+
+def rewrite(source: Path, target: Path, edit) -> Path:
+    """Copy an archive member by member, letting `edit(manifest, members)` change them; members are (TarInfo, bytes)."""
+    with tarfile.open(source) as tar:
+        infos = tar.getmembers()
+        members = [(info, tar.extractfile(info).read() if info.isreg() else b"") for info in infos]
+    manifest = json.loads(members[0][1])
+    members = members[1:]
+    edit(manifest, members)
+    with tarfile.open(target, "w") as tar:
+        data = json.dumps(manifest).encode()
+        from slime_flashqla.kernels.archive import MANIFEST_NAME
+
+        info = tarfile.TarInfo(MANIFEST_NAME)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for info, data in members:
+            info.size = len(data) if info.isreg() else 0
+            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+    return target
 
 
 def files_under(root: Path) -> dict[str, bytes]:

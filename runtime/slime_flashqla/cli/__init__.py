@@ -3,7 +3,9 @@
 Errors: a subcommand raises `slime_flashqla.cli.errors.UserError` (or lets the runtime's
 FlashQLAUnavailableError, ImportError, ValueError or OSError through); `main` prints one line,
 `slime-flashqla COMMAND: message`, and exits 2.  Anything else is one line too, exit 1.
-`--debug` (before or after the subcommand) shows the traceback instead.
+`--debug` (before or after the subcommand) shows the traceback instead.  Ctrl-C exits 130 and
+SIGTERM 143, each after the same cleanup (cli/termination.py); a reader that closes stdout
+early (`| head`) ends the command quietly with 141, as SIGPIPE ends other tools.
 
 Help: a (sub-)subcommand's one-line help is also its `--help` description, and an option's help
 that does not state its default gets `(default X)` appended (`complete_help`), so no subcommand
@@ -76,15 +78,25 @@ def _add_debug_flag(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; errors become one line unless --debug."""
     from slime_flashqla.cli.errors import one_line, user_error_types
+    from slime_flashqla.cli.termination import TERMINATED_EXIT, Terminated, sigterm_raises
 
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
-    prefix = " ".join(filter(None, ("slime-flashqla", args.command, getattr(args, "benchmark", None))))
+    words = ("slime-flashqla", args.command, getattr(args, "benchmark", None), getattr(args, "cache_action", None))
+    prefix = " ".join(filter(None, words))
     try:
-        return int(args.func(args) or 0)
+        with sigterm_raises():  # `docker stop`: clean up as for Ctrl-C, then exit 143
+            code = int(args.func(args) or 0)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
+    except Terminated:
+        print(f"{prefix}: terminated (SIGTERM)", file=sys.stderr)
+        return TERMINATED_EXIT
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted", file=sys.stderr)
         return 130
@@ -97,6 +109,18 @@ def main(argv: list[str] | None = None) -> int:
         unexpected = f"unexpected {type(error).__name__}: {one_line(error)}"
         print(f"{prefix}: {unexpected} (run again with --debug for the traceback)", file=sys.stderr)
         return 1
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (`| head`): stop quietly, as a tool killed by SIGPIPE does."""
+    import os
+    import signal
+
+    # Whatever is still buffered would raise again when Python flushes stdout at exit.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -12,13 +12,35 @@ def register(subparsers) -> None:
     )
     actions = parser.add_subparsers(dest="cache_action", metavar="ACTION")
 
-    export = actions.add_parser("export", help="write TileLang's (and Triton's) kernel cache to PATH.tar")
-    export.add_argument("path", help="archive to write (.tar; .tar.gz or .tar.xz compress)")
+    export = actions.add_parser(
+        "export",
+        help="write TileLang's (and Triton's) kernel cache to PATH.tar",
+        description="Write the kernel caches to one tar. PATH must be a new file (or, with --force, a regular "
+        "file to replace; a symlink to one is written through); a device, FIFO or directory is never replaced. "
+        "The archive is written beside PATH and renamed into place, so PATH is whole or untouched, also after "
+        "Ctrl-C or SIGTERM.",
+    )
+    export.add_argument(
+        "path", help="archive to write: .tar, or .tar.gz/.tgz, .tar.xz/.txz, .tar.bz2 to compress it that way"
+    )
     _add_dirs(export)
     export.add_argument("--no-triton", action="store_true", help="leave Triton's cache out")
+    export.add_argument("--force", action="store_true", help="replace PATH if it is an existing archive (a file)")
+    export.add_argument(
+        "--gpu-arch",
+        default=None,
+        help="the GPU the kernels are for, e.g. sm_90, where no GPU is visible (the manifest says none otherwise)",
+    )
     export.set_defaults(func=run_export)
 
-    imp = actions.add_parser("import", help="check PATH.tar against this machine's stack, then add its kernels")
+    imp = actions.add_parser(
+        "import",
+        help="check PATH.tar against this machine's stack, then add its kernels",
+        description="Check the archive against this machine's stack and every member (type, name, size, sha256) "
+        "before anything is written, then add what the caches lack; what they hold is kept. Nothing is written "
+        "through a symbolic link in a cache. Ctrl-C or SIGTERM removes what was staged; the next import removes "
+        "what a killed one (SIGKILL) left.",
+    )
     imp.add_argument("path", help="archive written by `slime-flashqla cache export`")
     _add_dirs(imp)
     imp.add_argument(
@@ -52,39 +74,38 @@ def _cache_dirs(args, triton: bool = True) -> dict:
     }
 
 
-def _fail(action: str, error: Exception) -> int:
-    print(f"slime-flashqla cache {action}: {error}")
-    return 2
+def _gpu(stack: dict) -> str:
+    from slime_flashqla.kernels.archive import shown
+
+    if stack["gpu_arch"] == "none":
+        return "no GPU visible (gpu_arch none: an import on a GPU refuses it; --gpu-arch sm_NN names the GPU)"
+    return f"{shown(stack['gpu_arch'])} ({shown(stack.get('gpu_name') or 'unknown')})"
 
 
 def run_export(args) -> int:
     """Write the archive and say what is in it."""
-    from slime_flashqla.kernels.archive import ArchiveError, export_archive
+    from slime_flashqla.cli.output_paths import check_output_path
+    from slime_flashqla.kernels.archive import ARCHIVE_SUFFIXES, current_stack, export_archive, with_gpu_arch
 
-    try:
-        manifest = export_archive(args.path, _cache_dirs(args, triton=not args.no_triton))
-    except (ArchiveError, OSError) as error:
-        return _fail("export", error)
+    written = check_output_path(args.path, what="", suffixes=ARCHIVE_SUFFIXES)  # before anything is read
+    stack = current_stack()
+    if args.gpu_arch:
+        stack = with_gpu_arch(stack, args.gpu_arch)
+    manifest = export_archive(args.path, _cache_dirs(args, triton=not args.no_triton), stack=stack, replace=args.force)
     parts = ", ".join(
         f"{cache} {info['files']} file(s) ({info['bytes'] / 2**20:.1f} MiB)"
         for cache, info in manifest["caches"].items()
     )
-    stack = manifest["stack"]
-    print(
-        f"wrote {args.path}: {parts}; {stack['gpu_arch']} ({stack['gpu_name']}), "
-        f"{len(manifest['warmup_configurations'])} warm-up configuration(s)"
-    )
+    print(f"wrote {written}: {parts}; {_gpu(manifest['stack'])}, "
+          f"{len(manifest['warmup_configurations'])} warm-up configuration(s)")  # fmt: skip
     return 0
 
 
 def run_import(args) -> int:
     """Check the archive, import it, and say how many files were new."""
-    from slime_flashqla.kernels.archive import ArchiveError, import_archive
+    from slime_flashqla.kernels.archive import import_archive
 
-    try:
-        result = import_archive(args.path, _cache_dirs(args), gpu_arch=args.gpu_arch, force=args.force, warn=print)
-    except (ArchiveError, OSError) as error:
-        return _fail("import", error)
+    result = import_archive(args.path, _cache_dirs(args), gpu_arch=args.gpu_arch, force=args.force)
     into = ", ".join(f"{directory} ({cache})" for cache, directory in result.caches.items())
     rewritten = (
         f", {result.groups_rewritten} Triton group file(s) pointed at this cache" if result.groups_rewritten else ""
@@ -95,38 +116,51 @@ def run_import(args) -> int:
     return 0
 
 
-def manifest_rows(manifest: dict, mismatches: list[str]) -> list[tuple[str, str]]:
-    """The manifest as (item, value) rows, without the per-file list."""
+def manifest_rows(manifest: dict, mismatches: list[str], notes: list[str] = ()) -> list[tuple[str, str]]:
+    """The manifest as (item, value) rows, without the per-file list; archive text shown escaped."""
+    from slime_flashqla.kernels.archive import TOOLCHAIN_FIELDS, shown
+
     stack = manifest["stack"]
     rows = [
         ("format", manifest["format"]),
-        ("created", manifest.get("created", "unknown")),
-        ("GPU", f"{stack['gpu_arch']} ({stack.get('gpu_name', 'unknown')})"),
+        ("created", shown(manifest.get("created", "unknown"))),
+        ("GPU", _gpu(stack)),
     ]
-    rows += [(name, str(version) if version else "none") for name, version in stack["versions"].items()]
+    rows += [(shown(name), shown(version) if version else "none") for name, version in stack["versions"].items()]
+    rows += [(name, shown(stack[name]) if stack.get(name) else "none") for name in TOOLCHAIN_FIELDS if name in stack]
     rows += [
-        (f"{cache} cache", f"{info['files']} file(s), {info['bytes'] / 2**20:.1f} MiB, from {info['source_dir']}")
+        (
+            f"{cache} cache",
+            f"{info['files']} file(s), {info['bytes'] / 2**20:.1f} MiB, from {shown(info['source_dir'])}",
+        )
         for cache, info in manifest.get("caches", {}).items()
     ]
     configurations = manifest.get("warmup_configurations", [])
-    rows.append(("warm-up configurations", ", ".join(c["task"] for c in configurations) or "none recorded"))
+    rows.append(("warm-up configurations", ", ".join(shown(c["task"]) for c in configurations) or "none recorded"))
     rows.append(("fits this machine", "yes" if not mismatches else "no: " + "; ".join(mismatches)))
+    rows += [("note", note) for note in notes]
     return rows
 
 
 def run_info(args) -> int:
     """Print the manifest (a table, or JSON) and whether it matches this machine."""
-    from slime_flashqla.kernels.archive import ArchiveError, Stack, current_stack, read_manifest, stack_mismatches
+    from slime_flashqla.kernels.archive import (
+        CACHE_NAMES,
+        Stack,
+        current_stack,
+        read_manifest,
+        stack_mismatches,
+        stack_notes,
+    )
 
-    try:
-        manifest = read_manifest(args.path)
-    except (ArchiveError, OSError) as error:
-        return _fail("info", error)
+    manifest = read_manifest(args.path)
     if args.json:
-        print(json.dumps(manifest, indent=2, sort_keys=True))
+        print(json.dumps(manifest, indent=2, sort_keys=True))  # json escapes control characters itself
         return 0
     from slime_flashqla.cli.render import print_table
 
-    mismatches = stack_mismatches(Stack.from_dict(manifest["stack"]), current_stack())
-    print_table(f"kernel cache archive {args.path}", manifest_rows(manifest, mismatches))
+    archived = Stack.from_dict(manifest["stack"])
+    caches = [cache for cache in CACHE_NAMES if cache in manifest.get("caches", {})] or CACHE_NAMES
+    mismatches = stack_mismatches(archived, current_stack(), caches)
+    print_table(f"kernel cache archive {args.path}", manifest_rows(manifest, mismatches, stack_notes(archived, caches)))
     return 0

@@ -8,9 +8,9 @@ has lost its result, so every output path is checked first:
     publish_atomically(dest, lambda temp: temp.write_text(text))             # at the end
 
 `check_output_path(path, *, what, suffixes=None) -> Path` refuses, with an OutputPathError (a
-ValueError whose message is one line starting `<what> <path>:`), a path that is a directory, a
-device node, a FIFO, a socket or a symlink to one of those; a path whose directory is missing
-or cannot be written (a file is created there and removed again, which also catches read-only
+ValueError whose message is one line starting `<what> <path>:`, or `<path>:` for an empty `what`),
+a path that is a directory, a device node, a FIFO, a socket or a symlink to one of those; a path
+whose directory is missing or cannot be written (a file is created there and removed again, which also catches read-only
 file systems and /proc); an existing file that is not writable; a name that ends in none of
 `suffixes` (compared case-insensitively; `(".tar", ".tar.gz")` works for multi-part suffixes).
 It returns the file that will be written: the path itself, or a symlink's target (the link
@@ -60,6 +60,10 @@ def _temp_path(directory: Path, name: str) -> Path:
     return directory / _TEMP.format(name=name, pid=os.getpid(), token=uuid.uuid4().hex[:8])
 
 
+def _label(what: str, shown: str) -> str:
+    return f"{what} {shown}" if what else shown
+
+
 def _not_regular(mode: int) -> str | None:
     """What a non-regular file is ('a FIFO', ...), or None for a regular file."""
     if stat.S_ISREG(mode):
@@ -74,12 +78,12 @@ def _refuse_non_regular(dest: Path, what: str, shown: str) -> os.stat_result | N
     except FileNotFoundError:
         return None
     except OSError as error:
-        raise OutputPathError(f"{what} {shown}: cannot look at it ({error.strerror})") from None
+        raise OutputPathError(f"{_label(what, shown)}: cannot look at it ({error.strerror})") from None
     if stat.S_ISLNK(status.st_mode):
-        raise OutputPathError(f"{what} {shown}: a symbolic link that leads nowhere (a loop); not replacing it")
+        raise OutputPathError(f"{_label(what, shown)}: a symbolic link that leads nowhere (a loop); not replacing it")
     kind = _not_regular(status.st_mode)
     if kind:
-        raise OutputPathError(f"{what} {shown}: is {kind}, not a regular file; not replacing it")
+        raise OutputPathError(f"{_label(what, shown)}: is {kind}, not a regular file; not replacing it")
     return status
 
 
@@ -97,21 +101,21 @@ def check_output_path(path, *, what: str, suffixes: tuple[str, ...] | None = Non
     if not shown:
         raise OutputPathError(f"{what}: the path is empty")
     if shown.endswith(os.sep):
-        raise OutputPathError(f"{what} {shown}: names a directory; give a file name")
+        raise OutputPathError(f"{_label(what, shown)}: names a directory; give a file name")
     given = Path(shown).expanduser()
+    dest = _destination(given, what, shown)  # first: "is a character device" says more than a suffix
     if suffixes and not given.name.lower().endswith(tuple(suffix.lower() for suffix in suffixes)):
-        raise OutputPathError(f"{what} {shown}: the name must end in {', '.join(suffixes)}")
-    dest = _destination(given, what, shown)
+        raise OutputPathError(f"{_label(what, shown)}: the name must end in {', '.join(suffixes)}")
     if not dest.parent.is_dir():
-        raise OutputPathError(f"{what} {shown}: the directory {dest.parent} does not exist")
+        raise OutputPathError(f"{_label(what, shown)}: the directory {dest.parent} does not exist")
     probe = _temp_path(dest.parent, dest.name)
     try:  # access() says yes to root on /proc and on read-only mounts: creating a file is the test
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError as error:
-        raise OutputPathError(f"{what} {shown}: cannot write in {dest.parent} ({error.strerror})") from None
+        raise OutputPathError(f"{_label(what, shown)}: cannot write in {dest.parent} ({error.strerror})") from None
     os.unlink(probe)
     if dest.exists() and not os.access(dest, os.W_OK):
-        raise OutputPathError(f"{what} {shown}: the file is not writable")
+        raise OutputPathError(f"{_label(what, shown)}: the file is not writable")
     return dest
 
 

@@ -6,6 +6,8 @@ import argparse
 import json
 import time
 
+from slime_flashqla.cli.errors import UserError
+
 
 def register(subparsers) -> None:
     """Add the `warmup` subcommand."""
@@ -29,20 +31,30 @@ def register(subparsers) -> None:
         "--max-tokens",
         type=int,
         default=32768,
-        help="the largest pack training runs, in tokens (default 32768): the coverage packs reach it",
+        help="the largest pack training runs, in tokens, 64 to 4194304 (default 32768): the coverage packs reach it",
     )
     parser.add_argument("--dense", action="store_true", help="also warm the non-varlen (B > 1) kernels")
     parser.add_argument("--cache-dir", default=None, help="TileLang cache directory (default: $TILELANG_CACHE_DIR)")
-    parser.add_argument("--jobs", type=int, default=1, help="configurations compiled in parallel (processes)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="configurations compiled in parallel, one process each (default 1; at most the number of "
+        "configurations and of CPUs)",
+    )
     parser.add_argument("--force", action="store_true", help="run every configuration even if marked done")
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # tests run the machinery on CPU
-    parser.add_argument("--json", default=None, help="write the results to this JSON file")
+    parser.add_argument(
+        "--json",
+        default=None,
+        help="write the results to this JSON file (checked before any compile; written whole at the end)",
+    )
     parser.set_defaults(func=run)
 
 
 def build_tasks(args):
     """The warm-up tasks the arguments describe (validated before anything runs)."""
-    from slime_flashqla.kernels.warmup import WARMUP_BACKENDS, WarmupTask, warmup_parts
+    from slime_flashqla.kernels.warmup import MAX_TOKENS, WARMUP_BACKENDS, WarmupTask, warmup_parts
     from slime_flashqla.models import model_heads, parse_heads, split_for_tp
 
     heads = [parse_heads(item) for item in args.heads.split(",") if item.strip()]
@@ -56,8 +68,10 @@ def build_tasks(args):
     unknown = [b for b in backends if b not in WARMUP_BACKENDS]
     if unknown:
         raise ValueError(f"unknown backend(s) {', '.join(unknown)}; choose from {', '.join(WARMUP_BACKENDS)}")
-    if args.max_tokens < 64:
-        raise ValueError(f"--max-tokens must be >= 64, got {args.max_tokens}")
+    if not 64 <= args.max_tokens <= MAX_TOKENS:
+        raise ValueError(f"--max-tokens must be between 64 and {MAX_TOKENS} tokens, got {args.max_tokens}")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     layouts = (True, False) if args.dense else (True,)
     return [
         WarmupTask(backend, h, varlen, part=part, max_tokens=args.max_tokens)
@@ -76,6 +90,10 @@ def parse_lengths(text: str) -> tuple[tuple[int, ...], ...]:
         raise ValueError(f"--lengths {text!r}: expected e.g. 1000+3096,8192+24576") from None
     if not batches or any(n <= 0 for batch in batches for n in batch):
         raise ValueError(f"--lengths {text!r}: every sequence length must be a positive integer")
+    from slime_flashqla.kernels.warmup import MAX_TOKENS
+
+    if any(sum(batch) > MAX_TOKENS for batch in batches):
+        raise ValueError(f"--lengths {text!r}: a batch holds at most {MAX_TOKENS} tokens")
     return batches
 
 
@@ -87,21 +105,37 @@ def _check_backends(tasks, device: str) -> None:
             get_chunk_gated_delta_rule(backend)  # raises with the reason before any process starts
 
 
+def _check_device(device: str) -> None:
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError(
+            "no CUDA GPU is visible (torch.cuda.is_available() is False): warmup compiles the GPU kernels "
+            "a training step runs, so run it on a node with the GPUs that will train"
+        )
+
+
 def run(args) -> int:
     """Warm the kernels, show progress, print a summary; non-zero if any configuration failed."""
+    import os
+
+    from slime_flashqla.cli.output_paths import check_output_path, publish_atomically
     from slime_flashqla.kernels.warmup import set_cache_dir
 
+    # Everything that can be refused is, in one line, before a process starts or a kernel compiles.
+    tasks = build_tasks(args)
+    lengths = parse_lengths(args.lengths)
+    json_path = check_output_path(args.json, what="--json") if args.json is not None else None
+    _check_device(args.device)
     try:
-        tasks = build_tasks(args)
-        parse_lengths(args.lengths)
         cache_dir = set_cache_dir(args.cache_dir)
-        _check_backends(tasks, args.device)
-    except (ValueError, ImportError, RuntimeError) as error:
-        print(f"slime-flashqla warmup: {error}")
-        return 2
-    print(f"warming {len(tasks)} configuration(s) into {cache_dir} with {args.jobs} job(s)")
+    except RuntimeError as error:  # tilelang already imported with another cache
+        raise UserError(str(error)) from None
+    _check_backends(tasks, args.device)
+    jobs = min(args.jobs, len(tasks), os.cpu_count() or 1)
+    print(f"warming {len(tasks)} configuration(s) into {cache_dir} with {jobs} job(s)")
     start = time.perf_counter()
-    results = _run_with_progress(tasks, cache_dir, args)
+    results = _run_with_progress(tasks, cache_dir, lengths, jobs, args)
     total = time.perf_counter() - start
     failed = [r for r in results if r["status"].startswith("failed")]
     from slime_flashqla.cli.render import print_table
@@ -109,16 +143,16 @@ def run(args) -> int:
     rows = [(r["key"], f"{r['status']} in {r['seconds']:.1f} s (waited {r['waited_seconds']:.1f} s)") for r in results]
     rows.append(("total wall time", f"{total:.1f} s"))
     print_table("slime-flashqla warmup", rows, headers=("configuration", "result"))
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"cache_dir": str(cache_dir), "wall_seconds": total, "results": results}, handle, indent=2)
+    if json_path is not None:
+        text = json.dumps({"cache_dir": str(cache_dir), "wall_seconds": total, "results": results}, indent=2)
+        publish_atomically(json_path, lambda temp: temp.write_text(text), what="--json")
     return 1 if failed else 0
 
 
-def _run_with_progress(tasks, cache_dir, args):
+def _run_with_progress(tasks, cache_dir, lengths, jobs: int, args):
     from slime_flashqla.kernels.warmup import warm_up_all
 
-    kwargs = dict(jobs=args.jobs, force=args.force, device=args.device, lengths=parse_lengths(args.lengths))
+    kwargs = dict(jobs=jobs, force=args.force, device=args.device, lengths=lengths)
     try:
         from rich.progress import Progress
     except ImportError:

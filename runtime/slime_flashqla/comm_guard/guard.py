@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import numbers
 import os
 import sys
 import threading
@@ -14,6 +15,8 @@ from collections.abc import Callable
 from slime_flashqla.comm_guard import fastpath, memory, ops
 from slime_flashqla.comm_guard import policy as _policy
 
+# No GPU holds a pebibyte: a larger threshold is a mistake (and 1e308 GiB overflows int()).
+MAX_THRESHOLD_GB = 2**20
 # Integer policy codes: the per-call comparison is cheaper than comparing strings.
 _CODES = {_policy.OFF: 0, _policy.ALWAYS: 1, _policy.WHITELIST: 2, _policy.FIRST_USE: 3}
 
@@ -47,6 +50,7 @@ _METHOD_PATCHES: list[tuple[object, str, object, object]] = []  # the same, for 
 _WRAPPERS: dict[tuple[int, str], tuple[Callable, Callable]] = {}  # (id(owner), name) -> (original, wrapper)
 _PROBE_FAILED = [False]
 _ORIGINAL_ATTR = "__slime_flashqla_original__"
+_MODULE = "torch.distributed"  # where the module-level wrappers are installed, and found by pickle
 
 
 def _counts(op_name: str) -> list[int]:
@@ -229,8 +233,22 @@ def _guarded(original: Callable, op_name: str, key, call: Callable, is_method: b
                 slow_reset()
 
     _SKIPPED.append((op_name, read, reset))
-    setattr(wrapper, _ORIGINAL_ATTR, original)
+    _stands_for(wrapper, original, None if is_method else _MODULE)
     return wrapper
+
+
+def _stands_for(wrapper: Callable, original: Callable, module: str | None) -> None:
+    """Mark `wrapper` as standing in for `original`: for uninstall, for TorchDynamo and for pickle."""
+    setattr(wrapper, _ORIGINAL_ATTR, original)
+    # TorchDynamo traces what this names instead of the wrapper (inspect.getattr_static, only while
+    # it traces): a compiled graph holds torch's own call, which Dynamo maps to a functional
+    # collective where it can, so `fullgraph=True` compiles as it does unguarded; no guard code is
+    # traced or run inside a compiled region, and eager calls keep the guard.
+    wrapper._torchdynamo_inline = original
+    if module is not None:
+        # pickle saves a function as module + name and checks that the name leads back to it:
+        # torch.distributed.<name> is this wrapper while installed (the original's module holds the original).
+        wrapper.__module__ = module
 
 
 def _lifecycle(original: Callable) -> Callable:
@@ -243,7 +261,7 @@ def _lifecycle(original: Callable) -> Callable:
         finally:
             _rearm()
 
-    setattr(wrapper, _ORIGINAL_ATTR, original)
+    _stands_for(wrapper, original, _MODULE)
     return wrapper
 
 
@@ -350,11 +368,14 @@ def install(
     resolved = _policy.resolve_policy(policy)
     if (
         isinstance(threshold_gb, bool)
-        or not isinstance(threshold_gb, int | float)
+        or not isinstance(threshold_gb, numbers.Real)
         or not math.isfinite(threshold_gb)
-        or threshold_gb < 0
+        or not 0 <= threshold_gb <= MAX_THRESHOLD_GB
     ):
-        raise ValueError(f"comm guard: threshold_gb must be a finite number >= 0 (GiB), got {threshold_gb!r}")
+        raise ValueError(
+            f"comm guard: threshold_gb must be a number from 0 to {MAX_THRESHOLD_GB} (GiB), got {threshold_gb!r}"
+        )
+    threshold_bytes = int(threshold_gb * memory.GIB)  # before anything is patched: nothing below may fail
     if probe is not None and not callable(probe):
         raise TypeError(f"comm guard: probe must be a callable returning free bytes or None, got {probe!r}")
     if not isinstance(methods, bool):
@@ -372,7 +393,7 @@ def install(
             _warn_foreign(_unpatch(_METHOD_PATCHES))
         _STATE.policy = resolved
         _STATE.probe = probe if probe is not None else memory.probe
-        _STATE.threshold_bytes = int(threshold_gb * memory.GIB)
+        _STATE.threshold_bytes = threshold_bytes
         _rearm()
         _CODE[0] = _CODES[resolved]
     return resolved

@@ -7,6 +7,9 @@ raw pointer) changes only the values, and nothing but reading them shows it. So 
 kernels never read the caller's tensor: they read a private copy holding exactly the
 values that passed. A stale verdict then means the kernels run on the checked values
 (make a new tensor, or edit in place the ordinary way, to pass new ones), never out of bounds.
+The copy is handed out too (check_inputs(...).cu_seqlens, each kernel's argument): an
+in-place edit of it bumps its version, and a copy whose version moved is dropped with its
+verdict, so whatever is passed next is read and checked again.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ def _check_form(cu_seqlens) -> None:
         _fail(f"cu_seqlens must be int32 or int64, got {cu_seqlens.dtype}")
     if cu_seqlens.numel() < 2:
         _fail(f"cu_seqlens needs at least 2 entries ([0, T]), got {cu_seqlens.numel()}")
+    if cu_seqlens.is_meta:
+        _fail("cu_seqlens on the meta device cannot be checked: a meta tensor has a shape but no values")
 
 
 def _check_values(values: list[int], tokens: int) -> None:
@@ -52,6 +57,7 @@ class _Verdict(NamedTuple):
     tokens: int
     values: list[int]
     checked: torch.Tensor  # a private copy of `values`: what the kernels read
+    checked_version: int  # the copy's version when made: an in-place edit of it (it is public) bumps it
 
 
 class CuSeqlensVerdicts:
@@ -69,6 +75,10 @@ class CuSeqlensVerdicts:
     def checked(self, cu_seqlens: torch.Tensor, tokens: int) -> torch.Tensor:
         """Validate well-formed `cu_seqlens` against T tokens; return the tensor the kernels must read."""
         last = self._last
+        if last is not None and last.checked._version != last.checked_version:
+            # Someone wrote into the copy (check_inputs(...).cu_seqlens, or what a kernel got):
+            # it no longer holds the values that passed, so neither it nor its verdict is used again.
+            last = self._last = None
         key = self._track_key(cu_seqlens)
         if last is not None and tokens == last.tokens:
             if cu_seqlens is last.checked:  # a layer passing on what it got from this cache
@@ -90,7 +100,7 @@ class CuSeqlensVerdicts:
             with torch.inference_mode(False):
                 checked = torch.tensor(values, dtype=cu_seqlens.dtype, device=cu_seqlens.device)
         self._hold(cu_seqlens, checked)
-        self._last = _Verdict(weakref.ref(cu_seqlens), key, tokens, values, checked)
+        self._last = _Verdict(weakref.ref(cu_seqlens), key, tokens, values, checked, checked._version)
         return checked
 
     def _hold(self, caller: torch.Tensor, checked: torch.Tensor) -> None:

@@ -7,6 +7,7 @@ takes the CUDA context down with it; these checks turn that into a ValueError.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import torch
@@ -33,6 +34,8 @@ class GDNShape:
     varlen: bool
     # The tensor the kernels read for cu_seqlens: a private copy of the values that passed.
     cu_seqlens: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    # The scale as a Python float (None: K**-0.5), whatever real number type the caller passed.
+    scale: float | None = field(default=None, compare=False, repr=False)
 
     @property
     def empty(self) -> bool:
@@ -93,9 +96,10 @@ def check_inputs(
         devices.add(cu_seqlens.device)
     if len(devices) != 1:
         _fail(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
-    # bool is an int to Python, and inf or nan makes every output nan: neither is a scale.
+    # bool is an int to Python, and inf or nan makes every output nan: neither is a scale. Any real
+    # number type is (numpy's float32 too, which is no float subclass); the kernels get a float.
     if scale is not None and (
-        isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (0 < scale < math.inf)
+        isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not (0 < scale < math.inf)
     ):
         _fail(f"scale must be a finite positive number or None (default K**-0.5), got {scale!r}")
 
@@ -114,5 +118,14 @@ def check_inputs(
         if initial_state.dtype not in FLOAT_DTYPES:
             _fail(f"initial_state must be floating, got {initial_state.dtype}")
     return GDNShape(
-        batch, tokens, key_heads, value_heads, key_dim, value_dim, num_sequences, checked is not None, checked
+        batch,
+        tokens,
+        key_heads,
+        value_heads,
+        key_dim,
+        value_dim,
+        num_sequences,
+        checked is not None,
+        checked,
+        None if scale is None else float(scale),
     )

@@ -8,6 +8,10 @@ start, the delta-rule corrections U solve a unit lower-triangular system
 after which outputs and the next state are plain matrix products.  Everything runs in
 float32 (float64 for float64 inputs), so the result equals the token-by-token recurrence
 up to rounding of that precision.
+
+A fully closed gate, g = -inf, resets the state, as in the recurrence. The cumulative sum
+would make exp(G_i - G_j) of -inf - -inf, NaN; so closed gates are counted apart, G sums the
+open ones, and every decay across a closed gate is exactly 0.
 """
 
 from __future__ import annotations
@@ -33,20 +37,29 @@ def _chunked_gdr(q, k, v, g, beta, state, chunk_size):
         end = min(start + chunk_size, tokens)
         qc, kc, vc = q[:, :, start:end], k[:, :, start:end], v[:, :, start:end]
         bc = beta[:, :, start:end]
-        gc = g[:, :, start:end].cumsum(-1)  # G_i = sum_{j<=i} g_j
+        closed = torch.isneginf(g[:, :, start:end])
+        gc = g[:, :, start:end].masked_fill(closed, 0.0).cumsum(-1)  # G_i = sum_{j<=i} g_j over open gates
+        shut = closed.cumsum(-1)  # closed gates up to i: a decay from j to i is 0 where they differ
+        never = float("-inf")
         size = end - start
         causal = torch.ones(size, size, dtype=torch.bool, device=q.device).tril()
         # exp(G_i - G_j) for j <= i; the mask goes in before exp so no term can overflow.
-        decay = (gc.unsqueeze(-1) - gc.unsqueeze(-2)).masked_fill(~causal, float("-inf")).exp()
+        across = shut.unsqueeze(-1) != shut.unsqueeze(-2)
+        decay = (gc.unsqueeze(-1) - gc.unsqueeze(-2)).masked_fill(~causal | across, never).exp()
         strictly_lower = decay.masked_fill(torch.eye(size, dtype=torch.bool, device=q.device), 0.0)
         a = bc.unsqueeze(-1) * strictly_lower * (kc @ kc.transpose(-1, -2))
         eye = torch.eye(size, dtype=q.dtype, device=q.device)
-        rhs = bc.unsqueeze(-1) * (vc - gc.exp().unsqueeze(-1) * (kc @ state))
+        from_start = gc.masked_fill(shut > 0, never).exp()  # exp(G_i): the chunk's start state decayed to i
+        rhs = bc.unsqueeze(-1) * (vc - from_start.unsqueeze(-1) * (kc @ state))
         u = torch.linalg.solve_triangular(eye + a, rhs, upper=False, unitriangular=True)
         scores = (qc @ kc.transpose(-1, -2)) * decay
-        outputs.append(gc.exp().unsqueeze(-1) * (qc @ state) + scores @ u)
-        last = gc[..., -1:]
-        state = last.exp().unsqueeze(-1) * state + (kc * (last - gc).exp().unsqueeze(-1)).transpose(-1, -2) @ u
+        outputs.append(from_start.unsqueeze(-1) * (qc @ state) + scores @ u)
+        last, shut_last = gc[..., -1:], shut[..., -1:]
+        to_end = (last - gc).masked_fill(shut != shut_last, never).exp()
+        state = (
+            last.masked_fill(shut_last > 0, never).exp().unsqueeze(-1) * state
+            + (kc * to_end.unsqueeze(-1)).transpose(-1, -2) @ u
+        )
     # No tokens (T = 0): no output, the state unchanged.
     return (torch.cat(outputs, dim=2) if outputs else v.new_zeros(v.shape)), state
 

@@ -15,8 +15,11 @@ hash, and publishes into the live cache the way the libraries themselves do:
   kernel's other files and is what makes Triton treat the kernel as cached.
 
 The staging directory sits at the top of the destination cache, so every rename stays on
-one filesystem; importers hold an exclusive file lock on the destination while they stage
-and publish.
+one filesystem; importers hold an exclusive file lock on each distinct destination directory
+while they stage and publish. Nothing is written through a symbolic link already in the cache,
+and SIGTERM removes the staging directory as Ctrl-C does (a SIGKILLed importer's is removed by
+the next import). The export is written beside its path and renamed into place
+(cli/output_paths.py): onto a regular file or nothing, never onto a device, FIFO or directory.
 """
 
 from __future__ import annotations
@@ -37,7 +40,11 @@ import tarfile
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
+from stat import S_ISDIR, S_ISLNK
 
+from slime_flashqla.cli.output_paths import check_output_path, publish_atomically
+from slime_flashqla.cli.termination import sigterm_raises
+from slime_flashqla.kernels.cuda_toolchain import same_release, tilelang_nvcc_version
 from slime_flashqla.kernels.warmup import LOCK_DIR, config_lock
 
 FORMAT = "slime-flashqla-kernel-cache/1"
@@ -63,6 +70,16 @@ TRITON_GROUP_PREFIX = "__grp__"
 STAGING_PREFIX = ".slime-flashqla-import-"
 IMPORT_LOCK_KEY = "cache-import"
 GPU_ARCH_PATTERN = re.compile(r"^sm_\d+[a-z]?$")
+# A manifest's gpu_arch: one or more compute capabilities, or none where no GPU was visible.
+MANIFEST_GPU_ARCH = re.compile(r"none|sm_\d+[a-z]?(,sm_\d+[a-z]?)*")
+# Names `export` writes, each in the compression tarfile writes for it (import reads them all).
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2")
+_WRITE_MODES = {".tar.gz": "w:gz", ".tgz": "w:gz", ".tar.xz": "w:xz", ".txz": "w:xz", ".tar.bz2": "w:bz2"}
+# The largest manifest read: a million files fit in about 150 MiB of JSON, TileLang and Triton
+# caches hold thousands; a bigger one is refused before it is read (a gzip bomb costs nothing).
+MAX_MANIFEST_BYTES = 64 * 2**20
+# Stack fields an archive written before they were recorded lacks (see Stack.missing).
+TOOLCHAIN_FIELDS = ("nvcc", "driver", "driver_cuda")
 _CHUNK = 1 << 20
 
 
@@ -76,24 +93,42 @@ class StackMismatch(ArchiveError):
 
 @dataclass(frozen=True)
 class Stack:
-    """What decides whether a compiled kernel fits: GPU architecture and versions (device name is informational)."""
+    """What decides whether a compiled kernel fits: GPU architecture, versions, TileLang's nvcc.
+
+    The GPU's name and the driver are recorded but never compared: an H100 and an H200 run the
+    same sm_90 kernels, and a compiled kernel loads under any driver that runs this stack's CUDA.
+    """
 
     gpu_arch: str
     gpu_name: str
     versions: dict = field(default_factory=dict)
+    nvcc: str | None = None  # the CUDA compiler TileLang compiles with (cuda_toolchain.py)
+    driver: str | None = None  # NVIDIA driver version (nvidia-smi)
+    driver_cuda: str | None = None  # the newest CUDA that driver runs
+    missing: tuple = ()  # TOOLCHAIN_FIELDS the manifest does not record (an older slime-flashqla wrote it)
 
     def compared_fields(self) -> dict:
-        """The fields an import compares, in report order."""
+        """The fields an import compares exactly, in report order (nvcc is compared apart, by release)."""
         return {"gpu_arch": self.gpu_arch, **self.versions}
 
     def as_dict(self) -> dict:
         """The stack as manifest JSON."""
-        return {"gpu_arch": self.gpu_arch, "gpu_name": self.gpu_name, "versions": dict(self.versions)}
+        return {
+            "gpu_arch": self.gpu_arch,
+            "gpu_name": self.gpu_name,
+            "versions": dict(self.versions),
+            "nvcc": self.nvcc,
+            "driver": self.driver,
+            "driver_cuda": self.driver_cuda,
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> Stack:
-        """The stack a manifest describes."""
-        return cls(str(data["gpu_arch"]), str(data.get("gpu_name", "unknown")), dict(data["versions"]))
+        """The stack a manifest describes (checked by _read_manifest)."""
+        toolchain = {name: data.get(name) for name in TOOLCHAIN_FIELDS}
+        missing = tuple(name for name in TOOLCHAIN_FIELDS if name not in data)
+        return cls(data["gpu_arch"], data.get("gpu_name") or "unknown", dict(data["versions"]), **toolchain,
+                   missing=missing)  # fmt: skip
 
 
 @dataclass
@@ -130,15 +165,25 @@ def _gpu() -> tuple[str, str]:
 
 
 def current_stack() -> Stack:
-    """This machine's stack: GPU architecture (via torch) and versions (via importlib.metadata, nothing imported)."""
+    """This machine's stack: GPU and driver (via torch, nvidia-smi), versions (package metadata), TileLang's nvcc."""
     import torch
+
+    from slime_flashqla.doctor import _driver_cuda, _nvidia_smi_driver
 
     versions = {name: _distribution_version(name) for name in VERSION_DISTRIBUTIONS}
     versions["torch.cuda"] = torch.version.cuda
     versions["python"] = f"{sys.version_info[0]}.{sys.version_info[1]}"
     versions["machine"] = platform.machine()
     arch, name = _gpu()
-    return Stack(arch, name, versions)
+    cuda = arch != "none"
+    driver = (_nvidia_smi_driver(), _driver_cuda()) if cuda else (None, None)
+    return Stack(arch, name, versions, nvcc=tilelang_nvcc_version(), driver=driver[0], driver_cuda=driver[1])
+
+
+def shown(text) -> str:
+    """`text` safe to print: control characters (escape sequences, newlines) escaped, so archives cannot forge lines."""
+    text = str(text)
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in text)
 
 
 def with_gpu_arch(stack: Stack, gpu_arch: str) -> Stack:
@@ -150,15 +195,31 @@ def with_gpu_arch(stack: Stack, gpu_arch: str) -> Stack:
     return replace(stack, gpu_arch=gpu_arch, gpu_name=f"{stack.gpu_name} (--gpu-arch {gpu_arch})")
 
 
-def stack_mismatches(archived: Stack, here: Stack) -> list[str]:
-    """One 'field: archive value (archive) vs here value (here)' entry per compared field that differs."""
+def stack_mismatches(archived: Stack, here: Stack, caches=CACHE_NAMES) -> list[str]:
+    """One 'field archive-value (archive) vs here-value (here)' entry per compared field that differs.
+
+    `caches` are the caches the archive holds: TileLang's nvcc is compared (by CUDA release,
+    major.minor) only for a TileLang cache, and only where both sides know it. TileLang's own
+    cache key holds neither the compiler nor the CUDA version, so it would load such kernels.
+    """
     theirs, ours = archived.compared_fields(), here.compared_fields()
     keys = list(theirs) + [key for key in ours if key not in theirs]
-    return [
-        f"{key} {theirs.get(key) or 'none'} (archive) vs {ours.get(key) or 'none'} (here)"
+    found = [
+        f"{shown(key)} {shown(theirs.get(key) or 'none')} (archive) vs {shown(ours.get(key) or 'none')} (here)"
         for key in keys
         if theirs.get(key) != ours.get(key)
     ]
+    if "tilelang" in caches and archived.nvcc and here.nvcc and not same_release(archived.nvcc, here.nvcc):
+        found.append(f"nvcc {shown(archived.nvcc)} (archive) vs {shown(here.nvcc)} (here)")
+    return found
+
+
+def stack_notes(archived: Stack, caches=CACHE_NAMES) -> list[str]:
+    """What could not be compared: toolchain fields an older archive lacks (it is accepted; these say so)."""
+    if "nvcc" in archived.missing and "tilelang" in caches:
+        return ["the archive predates the nvcc and driver fields (an older slime-flashqla wrote it): "
+                "the CUDA compiler its TileLang kernels were built with was not compared"]  # fmt: skip
+    return []
 
 
 def _is_transient(rel: PurePosixPath) -> bool:
@@ -206,12 +267,8 @@ def warmup_configurations(tilelang_dir: Path) -> list[dict]:
 
 
 def _write_mode(path: Path) -> str:
-    name = path.name
-    if name.endswith((".tar.gz", ".tgz")):
-        return "w:gz"
-    if name.endswith(".tar.xz"):
-        return "w:xz"
-    return "w"
+    name = path.name.lower()
+    return next((mode for suffix, mode in _WRITE_MODES.items() if name.endswith(suffix)), "w")
 
 
 def _tarinfo(name: str, size: int, mtime: float, executable: bool) -> tarfile.TarInfo:
@@ -223,24 +280,29 @@ def _tarinfo(name: str, size: int, mtime: float, executable: bool) -> tarfile.Ta
     return info
 
 
-def export_archive(path, cache_dirs: dict, *, stack: Stack | None = None) -> dict:
-    """Write the caches in `cache_dirs` ({"tilelang": dir, "triton": dir}) to a tar at `path`; returns the manifest."""
-    path = Path(path)
+def export_archive(path, cache_dirs: dict, *, stack: Stack | None = None, replace: bool = False) -> dict:
+    """Write the caches in `cache_dirs` ({"tilelang": dir, "triton": dir}) to a tar at `path`; returns the manifest.
+
+    `path` must end in one of ARCHIVE_SUFFIXES and be a regular file or nothing (a symlink to one is
+    written through); an existing archive is replaced only with `replace`. All checked before anything is read.
+    """
+    given = Path(path)
+    dest = check_output_path(given, what="", suffixes=ARCHIVE_SUFFIXES)
+    if dest.exists() and not replace:
+        raise ArchiveError(f"{given}: already exists; --force replaces it")
     entries, caches = [], {}
     for cache in CACHE_NAMES:
         root = cache_dirs.get(cache)
         if root is None or not Path(root).is_dir():
             continue
         # An archive (or an older one) written into the cache itself is not a kernel.
-        files = [(rel, source) for rel, source in _cache_files(Path(root)) if source.resolve() != path.resolve()]
+        files = [(rel, source) for rel, source in _cache_files(Path(root)) if source.resolve() != dest.resolve()]
         if files:
             caches[cache] = {"source_dir": str(Path(root).absolute()), "files": len(files)}
             entries += [(f"{cache}/{rel}", source) for rel, source in files]
     if not entries:
         looked = ", ".join(f"{cache} {cache_dirs.get(cache)}" for cache in CACHE_NAMES if cache_dirs.get(cache))
         raise ArchiveError(f"nothing to export: no kernel files in {looked}; run `slime-flashqla warmup` first")
-    if not path.parent.is_dir():
-        raise ArchiveError(f"{path}: directory {path.parent} does not exist")
     records = {}
     for name, source in entries:
         size, sha256 = _hash_file(source)
@@ -256,33 +318,56 @@ def export_archive(path, cache_dirs: dict, *, stack: Stack | None = None) -> dic
         "warmup_configurations": warmup_configurations(tilelang_dir) if tilelang_dir else [],
         "files": records,
     }
-    # The archive appears whole or not at all: a temp sibling, fsynced, then renamed.
-    temp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with tarfile.open(temp, _write_mode(path)) as tar:
+
+    def write(temp: Path) -> None:
+        with tarfile.open(temp, _write_mode(given)) as tar:
             data = json.dumps(manifest, indent=2, sort_keys=True).encode()
             now = datetime.datetime.now().timestamp()
             tar.addfile(_tarinfo(MANIFEST_NAME, len(data), now, False), io.BytesIO(data))
             for name, source in entries:
                 _add_member(tar, name, source, records[name])
-        with open(temp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
+
+    # The archive appears whole or not at all, and never in place of a device, FIFO or directory.
+    publish_atomically(dest, write, what=str(given))
     return manifest
 
 
+class _HashingReader(io.RawIOBase):
+    """A file read once, start to end, hashing what it hands out."""
+
+    def __init__(self, handle) -> None:
+        self._handle, self.digest, self.size = handle, hashlib.sha256(), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        count = self._handle.readinto(buffer)
+        self.digest.update(memoryview(buffer)[:count])
+        self.size += count
+        return count
+
+
 def _add_member(tar: tarfile.TarFile, name: str, source: Path, record: dict) -> None:
+    changed = ArchiveError(f"{source} changed during export; export again when no compile is running")
     try:
-        data = source.read_bytes()
-        stat = source.stat()
+        handle = open(source, "rb")  # noqa: SIM115 (closed by the `with` below; only the open's error differs)
     except FileNotFoundError:
         raise ArchiveError(f"{source} disappeared during export; export again when no compile is running") from None
-    if len(data) != record["size"] or hashlib.sha256(data).hexdigest() != record["sha256"]:
-        raise ArchiveError(f"{source} changed during export; export again when no compile is running")
-    tar.addfile(_tarinfo(name, len(data), stat.st_mtime, bool(stat.st_mode & 0o111)), io.BytesIO(data))
+    with handle:
+        stat = os.fstat(handle.fileno())
+        if stat.st_size != record["size"]:
+            raise changed
+        reader = _HashingReader(handle)
+        info = _tarinfo(name, record["size"], stat.st_mtime, bool(stat.st_mode & 0o111))
+        try:
+            tar.addfile(info, reader)  # streamed: a large kernel library is never held in memory whole
+        except OSError as error:
+            if "unexpected end of data" not in str(error):
+                raise
+            raise changed from None
+        if reader.size != record["size"] or reader.digest.hexdigest() != record["sha256"] or handle.read(1):
+            raise changed
 
 
 def _open_archive(path) -> tarfile.TarFile:
@@ -302,21 +387,111 @@ def _read_manifest(tar: tarfile.TarFile, path) -> dict:
         first = tar.next()
         if first is None or first.name != MANIFEST_NAME or not first.isreg():
             raise ArchiveError(f"{path}: not a slime-flashqla kernel cache archive (no {MANIFEST_NAME} first)")
-        manifest = json.loads(tar.extractfile(first).read())
+        if first.size > MAX_MANIFEST_BYTES:  # the header's size: refused before a byte of it is read
+            raise ArchiveError(
+                f"{path}: its {MANIFEST_NAME} is {first.size} bytes, more than a manifest may be "
+                f"({MAX_MANIFEST_BYTES // 2**20} MiB); not a kernel cache this slime-flashqla wrote"
+            )
+        manifest = json.loads(tar.extractfile(first).read(MAX_MANIFEST_BYTES))
+    except RecursionError:
+        raise ArchiveError(f"{path}: its {MANIFEST_NAME} is nested too deeply to be a manifest") from None
     except ValueError:
         raise ArchiveError(f"{path}: its {MANIFEST_NAME} is not valid JSON") from None
     except (tarfile.TarError, EOFError, OSError) as error:
         raise ArchiveError(f"{path}: damaged archive ({error})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else None
-        raise ArchiveError(f"{path}: archive format {found!r}; this slime-flashqla reads {FORMAT!r}")
-    try:
-        Stack.from_dict(manifest["stack"])
-        if not isinstance(manifest["files"], dict):
-            raise TypeError
-    except (KeyError, TypeError, AttributeError):
-        raise ArchiveError(f"{path}: its manifest lacks the stack or the file list") from None
+        raise ArchiveError(f"{path}: archive format {shown(repr(found))}; this slime-flashqla reads {FORMAT!r}")
+    _check_manifest(manifest, _ManifestField(path))
     return manifest
+
+
+_JSON_TYPES = {dict: "an object", list: "a list", str: "a string", bool: "true or false", type(None): "null"}
+
+
+def _json_type(value) -> str:
+    if isinstance(value, bool | int | float) and not isinstance(value, bool):
+        return f"the number {value!r}"
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+@dataclass(frozen=True)
+class _ManifestField:
+    """Checks one field of a manifest; a wrong one is refused naming the archive and the field."""
+
+    archive: object
+    name: str = ""
+
+    def at(self, key) -> _ManifestField:
+        return _ManifestField(self.archive, f"{self.name}.{key}" if self.name else str(key))
+
+    def refuse(self, value, expected: str):
+        found = shown(repr(value)) if isinstance(value, str) else _json_type(value)
+        raise ArchiveError(f"{self.archive}: its manifest's {shown(self.name)} is {found}, expected {expected}")
+
+    def get(self, data: dict, key, kind, expected: str, *, optional: bool = False):
+        if key not in data:
+            if optional:
+                return None
+            raise ArchiveError(f"{self.archive}: its manifest lacks {shown(self.at(key).name)} ({expected})")
+        value = data[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
+            self.at(key).refuse(value, expected)
+        return value
+
+
+def _as_tuple(kind) -> tuple:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _count(check: _ManifestField, data: dict, key) -> int:
+    value = check.get(data, key, int, "a whole number >= 0")
+    if value < 0:
+        check.at(key).refuse(value, "a whole number >= 0")
+    return value
+
+
+def _check_manifest(manifest: dict, check: _ManifestField) -> None:
+    """Every field that import, info and the summaries read, of the type they read it as."""
+    check.get(manifest, "created", str, "a date string", optional=True)
+    stack = check.get(manifest, "stack", dict, "an object")
+    at = check.at("stack")
+    arch = at.get(stack, "gpu_arch", str, "a compute capability such as sm_90, or none")
+    if not MANIFEST_GPU_ARCH.fullmatch(arch):
+        at.at("gpu_arch").refuse(arch, "a compute capability such as sm_90, or none")
+    at.get(stack, "gpu_name", str, "a string", optional=True)
+    for name in TOOLCHAIN_FIELDS:
+        at.get(stack, name, (str, type(None)), "a version string or null", optional=True)
+    versions = at.get(stack, "versions", dict, "an object of version strings")
+    for name, version in versions.items():
+        if not isinstance(version, str | None):
+            at.at("versions").at(name).refuse(version, "a version string or null")
+    caches = check.get(manifest, "caches", dict, "an object", optional=True) or {}
+    for name, info in caches.items():
+        if name not in CACHE_NAMES:
+            check.at("caches").refuse(name, f"one of {', '.join(CACHE_NAMES)}")
+        if not isinstance(info, dict):
+            check.at("caches").at(name).refuse(info, "an object")
+        where = check.at("caches").at(name)
+        where.get(info, "source_dir", str, "a directory name")
+        _count(where, info, "files")
+        _count(where, info, "bytes")
+    configurations = check.get(manifest, "warmup_configurations", list, "a list", optional=True) or []
+    for index, configuration in enumerate(configurations):
+        where = check.at("warmup_configurations").at(index)
+        if not isinstance(configuration, dict):
+            where.refuse(configuration, "an object")
+        where.get(configuration, "task", str, "a configuration key")
+        where.get(configuration, "seconds", (int, float, type(None)), "a number of seconds or null", optional=True)
+    files = check.get(manifest, "files", dict, "an object")
+    for name, record in files.items():
+        where = check.at("files").at(name)
+        if not isinstance(record, dict):
+            where.refuse(record, "an object with size and sha256")
+        _count(where, record, "size")
+        digest = where.get(record, "sha256", str, "a sha256 (64 hex digits)")
+        if not re.fullmatch(r"[0-9a-f]{64}", digest):
+            where.at("sha256").refuse(digest, "a sha256 (64 hex digits)")
 
 
 def read_manifest(path) -> dict:
@@ -367,7 +542,50 @@ def _checked_members(tar: tarfile.TarFile, manifest: dict, targets: dict, path) 
     missing = sorted(set(files) - seen)
     if missing:
         raise ArchiveError(f"{path}: incomplete, {len(missing)} file(s) of the manifest missing (first {missing[0]})")
+    _check_units(members, targets, path)
     return members
+
+
+def _refused(path, name: str, reason: str) -> ArchiveError:
+    return ArchiveError(f"{path}: refusing member {name!r}: {reason}; nothing was imported")
+
+
+def _check_units(members, targets: dict, path) -> None:
+    """Refuse, before anything is written, a unit that cannot be published whole and inside its cache.
+
+    A unit under another unit of the archive would be half shadowed by it; one under a file of the
+    cache cannot be created; one under a symbolic link of the cache would be written wherever the
+    link points (tarfile's data filter sees only the member's name, not what the cache holds).
+    """
+    units: dict = {}  # (the cache's real directory, unit) -> the first member in it
+    for member in members:
+        cache, rel = _split(member.name)
+        key = (os.path.realpath(targets[cache]), _unit(cache, rel))
+        if units.setdefault(key, member.name) != member.name and key[1] != rel.parent:
+            raise _refused(path, member.name, f"it goes where {units[key]!r} goes")
+    kinds: dict = {}  # path in a cache -> "dir", "file", "link", or None where nothing is
+
+    def kind(target: Path) -> str | None:
+        if target not in kinds:
+            try:
+                mode = os.lstat(target).st_mode
+            except FileNotFoundError:
+                mode = None
+            kinds[target] = None if mode is None else "link" if S_ISLNK(mode) else "dir" if S_ISDIR(mode) else "file"
+        return kinds[target]
+
+    for (root, unit), name in units.items():
+        inside = next((units[(root, up)] for up in unit.parents[:-1] if (root, up) in units), None)
+        if inside is not None:
+            raise _refused(path, name, f"it lies inside {inside!r}, another member of the archive")
+        for ancestor in (*reversed(unit.parents[:-1]), unit):
+            found = kind(Path(root) / ancestor)
+            if found is None:
+                break  # nothing in the cache at or below a missing directory
+            if found == "link":
+                raise _refused(path, name, f"{Path(root) / ancestor} in the cache is a symbolic link")
+            if found == "file" and ancestor != unit:
+                raise _refused(path, name, f"{Path(root) / ancestor} in the cache is a file, not a directory")
 
 
 def _unit(cache: str, rel: PurePosixPath) -> PurePosixPath:
@@ -450,6 +668,13 @@ def _rewrite_triton_group(staged_file: Path, target_dir: Path) -> bool:
     return True
 
 
+def _inside(root: Path, target: Path) -> None:
+    """Refuse a target that a symbolic link made meanwhile would put outside its cache."""
+    real_root = os.path.realpath(root)
+    if os.path.commonpath([real_root, os.path.realpath(target.parent)]) != real_root:
+        raise ArchiveError(f"{target.parent} now leads outside the cache {root} (a symbolic link appeared)")
+
+
 def _publish_dir(staged_dir: Path, target: Path) -> bool:
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -478,14 +703,20 @@ def _clear_stale_staging(root: Path) -> None:
 def import_archive(
     path, cache_dirs: dict, *, stack: Stack | None = None, gpu_arch: str | None = None, force: bool = False, warn=None
 ) -> ImportResult:
-    """Check the archive at `path` against this stack, then publish its files into `cache_dirs`; returns the counts."""
+    """Check the archive at `path` against this stack, then publish its files into `cache_dirs`; returns the counts.
+
+    `warn` gets one line per warning (--force's mismatches, what an older archive could not show).
+    """
+    warn = warn or (lambda line: print(line, file=sys.stderr))
     result = ImportResult()
     with _open_archive(path) as tar:
         manifest = _read_manifest(tar, path)
         here = stack or current_stack()
         if gpu_arch:
             here = with_gpu_arch(here, gpu_arch)
-        mismatches = stack_mismatches(Stack.from_dict(manifest["stack"]), here)
+        archived = Stack.from_dict(manifest["stack"])
+        held_caches = [cache for cache in CACHE_NAMES if cache in manifest.get("caches", {})] or CACHE_NAMES
+        mismatches = stack_mismatches(archived, here, held_caches)
         if mismatches and not force:
             raise StackMismatch(
                 f"{path} holds kernels built for another stack: {'; '.join(mismatches)}. "
@@ -493,26 +724,44 @@ def import_archive(
             )
         if mismatches:
             result.forced_mismatches = mismatches
-            (warn or print)(f"WARNING: --force: importing kernels built for another stack: {'; '.join(mismatches)}")
+            warn(f"WARNING: --force: importing kernels built for another stack: {'; '.join(mismatches)}")
+        for note in stack_notes(archived, held_caches):
+            warn(f"note: {path}: {note}")
         targets = {cache: Path(cache_dirs[cache]).absolute() for cache in CACHE_NAMES if cache_dirs.get(cache)}
         members = _checked_members(tar, manifest, targets, path)
         used = sorted({_split(member.name)[0] for member in members})
         result.caches = {cache: targets[cache] for cache in used}
-        with contextlib.ExitStack() as held:
+        # SIGTERM (docker stop) unwinds like Ctrl-C, so the staging directories go with it.
+        with sigterm_raises(), contextlib.ExitStack() as held:
+            _lock_each_directory(held, [targets[cache] for cache in used])
             stagings = {}
-            for cache in used:  # a fixed order, so two importers never wait on each other's second lock
-                targets[cache].mkdir(parents=True, exist_ok=True)
-                held.enter_context(config_lock(targets[cache], IMPORT_LOCK_KEY))
-                _clear_stale_staging(targets[cache])
+            for cache in used:
                 stagings[cache] = targets[cache] / f"{STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
                 stagings[cache].mkdir()
                 held.callback(shutil.rmtree, stagings[cache], True)
             units = _stage_members(tar, members, manifest, targets, stagings, path)
-            _publish(units, targets, stagings, result)
+            _publish(units, targets, stagings, result, path)
     return result
 
 
-def _publish(units: dict, targets: dict, stagings: dict, result: ImportResult) -> None:
+def _lock_each_directory(held: contextlib.ExitStack, roots: list[Path]) -> None:
+    """Take the import lock once per distinct directory, whatever its aliases (a symlink, `..`, the same path twice).
+
+    flock locks are per open file: a second lock on the same file through another descriptor
+    waits for the first forever, in one process too. Taken in (device, inode) order, so two
+    importers whose aliases differ never hold one lock each and wait for the other's.
+    """
+    distinct = {}
+    for root in roots:
+        root.mkdir(parents=True, exist_ok=True)
+        status = root.stat()
+        distinct.setdefault((status.st_dev, status.st_ino), root)
+    for _, root in sorted(distinct.items()):
+        held.enter_context(config_lock(root, IMPORT_LOCK_KEY))
+        _clear_stale_staging(root)
+
+
+def _publish(units: dict, targets: dict, stagings: dict, result: ImportResult, path) -> None:
     def is_triton_group(key) -> bool:
         cache, unit_path = key
         return cache == "triton" and unit_path.name.startswith(TRITON_GROUP_PREFIX)
@@ -522,11 +771,19 @@ def _publish(units: dict, targets: dict, stagings: dict, result: ImportResult) -
         (cache, unit_path), unit = key, units[key]
         target = targets[cache] / unit_path
         published = False
-        if unit.write:
-            if is_triton_group(key):
-                result.groups_rewritten += _rewrite_triton_group(stagings[cache] / unit_path, target.parent)
-            publish = _publish_dir if unit.is_dir else _publish_file
-            published = publish(stagings[cache] / unit_path, target)
+        try:
+            if unit.write:
+                _inside(targets[cache], target)
+                if is_triton_group(key):
+                    result.groups_rewritten += _rewrite_triton_group(stagings[cache] / unit_path, target.parent)
+                publish = _publish_dir if unit.is_dir else _publish_file
+                published = publish(stagings[cache] / unit_path, target)
+        except (OSError, ArchiveError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            raise ArchiveError(
+                f"{path}: publishing stopped at {cache}/{unit_path} ({reason}) after {result.published} file(s) "
+                "went in; what went in is whole kernels (Triton's group files go last), import again once fixed"
+            ) from None
         if published:
             result.published += len(unit.rels)
         else:

@@ -34,6 +34,9 @@ WARMUP_BACKENDS = ("flashqla", "fla", "torch")
 # A short and a long packed batch, run through the layer first (what warm-up always ran).
 DEFAULT_LENGTHS = ((1000, 3096), (8192, 24576))
 DEFAULT_MAX_TOKENS = 32768  # the pack budget of training
+# The largest pack a warm-up runs (128 times training's default budget): a bound the
+# coverage packs and the stream sample reach in well under a second, and far inside int32 offsets.
+MAX_TOKENS = 2**22
 # Sequences per pack: FlashQLA's forward picks its value block by sequences x heads against
 # 70% of the GPU's SMs, so these counts reach every block size at any head count and GPU.
 SEQUENCE_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 import time
@@ -22,6 +24,13 @@ from helpers.kernel_cache_files import (
 )
 from slime_flashqla.kernels.archive import current_stack, export_archive, read_manifest
 
+
+def torch_cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 WARMUP = (sys.executable, "-m", "slime_flashqla", "warmup", "--device", "cpu", "--backends", "torch")
 WARMUP += ("--heads", "2/4", "--lengths", "40+30")
 
@@ -37,10 +46,12 @@ def cli(*args, cwd=None):
 
 
 def one_line_error(result, action: str) -> str:
+    """The refusal: exit 2, one line on stderr, nothing on stdout (so `> log` keeps the reason visible)."""
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
-    lines = result.stdout.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"slime-flashqla cache {action}: "), result.stdout
+    assert result.stdout == "", result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"slime-flashqla cache {action}: "), result.stderr
     return lines[0]
 
 
@@ -99,7 +110,7 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path):
     empty = cli("export", tmp_path / "k.tar", "--tilelang-dir", tmp_path / "empty", "--triton-dir", tmp_path / "none")
     assert "nothing to export" in one_line_error(empty, "export")
     nowhere = cli("export", tmp_path / "no" / "k.tar", *dirs(tmp_path / "c"))
-    assert "nothing to export" in one_line_error(nowhere, "export")
+    assert "directory" in one_line_error(nowhere, "export") and "does not exist" in nowhere.stderr
     assert not (tmp_path / "k.tar").exists()
 
 
@@ -119,9 +130,119 @@ def test_mismatching_stack_is_refused_in_one_line_and_force_warns(tmp_path):
 
     forced = cli("import", tmp_path / "other.tar", *dirs(tmp_path / "t"), "--force")
     assert forced.returncode == 0, forced.stdout + forced.stderr
-    lines = forced.stdout.strip().splitlines()
-    assert len(lines) == 2 and lines[0].startswith("WARNING: --force: importing kernels built for another stack")
+    warning = forced.stderr.strip().splitlines()
+    assert len(warning) == 1 and warning[0].startswith("WARNING: --force: importing kernels built for another stack")
+    assert len(forced.stdout.strip().splitlines()) == 1 and forced.stdout.startswith("imported ")
     assert tilelang_entry_problems(tmp_path / "t" / "tl") == []
+
+
+def test_errors_go_to_stderr_and_stdout_stays_empty(tmp_path):
+    """Issue 25 D18: `cache import x.tar > log` must leave the reason on the terminal."""
+    for action, args in (
+        ("import", (tmp_path / "missing.tar", *dirs(tmp_path))),
+        ("info", (tmp_path / "missing.tar",)),
+        ("export", (tmp_path / "k.tar", "--tilelang-dir", tmp_path / "none", "--triton-dir", tmp_path / "none")),
+    ):
+        done = cli(action, *args)
+        assert done.returncode == 2 and done.stdout == "", done.stdout
+        assert done.stderr.startswith(f"slime-flashqla cache {action}: ") and done.stderr.count("\n") == 1
+
+
+def make_device_node(path: Path) -> bool:
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        return False
+    return True
+
+
+def test_export_never_replaces_a_device_node_fifo_or_directory(tmp_path):
+    """Issue 25 D1: `cache export /dev/null` as root replaced the machine's /dev/null with a tar."""
+    make_caches(tmp_path / "src")
+    source = ["--tilelang-dir", tmp_path / "src" / "tilelang", "--no-triton"]
+    targets = [tmp_path / "fifo", tmp_path / "adir.tar"]
+    os.mkfifo(targets[0])
+    targets[1].mkdir()
+    if make_device_node(tmp_path / "mynull"):
+        targets.append(tmp_path / "mynull")
+    (tmp_path / "fifo.tar").symlink_to("fifo")
+    targets.append(tmp_path / "fifo.tar")
+    kinds = {path: stat.S_IFMT(os.lstat(path).st_mode) for path in targets}
+    for path in targets:
+        for force in ((), ("--force",)):
+            line = one_line_error(cli("export", path, *source, *force), "export")
+            assert "not a regular file" in line or "must end in" in line, line
+    assert {path: stat.S_IFMT(os.lstat(path).st_mode) for path in targets} == kinds
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_export_refuses_a_suffix_it_does_not_write_and_an_existing_archive_without_force(tmp_path):
+    """Issue 24 item 7: `cache export x.zip` wrote a tar; an existing archive was overwritten without notice."""
+    make_caches(tmp_path / "src")
+    source = ["--tilelang-dir", tmp_path / "src" / "tilelang", "--no-triton"]
+    line = one_line_error(cli("export", tmp_path / "x.zip", *source), "export")
+    assert line.endswith("the name must end in .tar, .tar.gz, .tgz, .tar.xz, .txz, .tar.bz2")
+    assert not (tmp_path / "x.zip").exists()
+
+    (tmp_path / "real.tar").write_text("keep")
+    (tmp_path / "link.tar").symlink_to("real.tar")
+    for path in (tmp_path / "real.tar", tmp_path / "link.tar"):
+        line = one_line_error(cli("export", path, *source), "export")
+        assert line.endswith("already exists; --force replaces it"), line
+    assert (tmp_path / "real.tar").read_text() == "keep"
+    forced = cli("export", tmp_path / "link.tar", *source, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert (tmp_path / "link.tar").is_symlink() and read_manifest(tmp_path / "real.tar")["caches"]
+    assert forced.stdout.startswith(f"wrote {tmp_path / 'real.tar'}: ")
+    for name, magic in (
+        ("k.tar.xz", b"\xfd7zXZ"),
+        ("k.txz", b"\xfd7zXZ"),
+        ("k.tar.bz2", b"BZh"),
+        ("k.tgz", b"\x1f\x8b"),
+    ):
+        assert cli("export", tmp_path / name, *source).returncode == 0
+        assert (tmp_path / name).read_bytes().startswith(magic), name
+        assert read_manifest(tmp_path / name)["caches"]
+
+
+@pytest.mark.skipif(torch_cuda_available(), reason="describes a machine without a GPU")
+def test_export_summary_says_what_no_gpu_means(tmp_path):
+    """Issue 24 item 7: the summary printed `none (none)` for the GPU on a CPU machine."""
+    make_caches(tmp_path / "src")
+    done = cli("export", tmp_path / "k.tar", "--tilelang-dir", tmp_path / "src" / "tilelang", "--no-triton")
+    assert done.returncode == 0, done.stderr
+    assert "none (none)" not in done.stdout
+    assert "no GPU visible" in done.stdout and "--gpu-arch" in done.stdout
+
+
+def test_one_lock_per_directory_whatever_the_aliases(tmp_path):
+    """Issue 25 D2: the same directory for both caches (path, symlink, `..`, environment) hung the import."""
+    make_caches(tmp_path / "src")
+    archive_path = tmp_path / "a.tar"
+    assert cli("export", archive_path, "--tilelang-dir", tmp_path / "src" / "tilelang",
+               "--triton-dir", tmp_path / "src" / "triton").returncode == 0  # fmt: skip
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to("real")
+    (tmp_path / "sub").mkdir()
+    cases = {
+        "same path": ("--tilelang-dir", tmp_path / "one", "--triton-dir", tmp_path / "one"),
+        "symlink": ("--tilelang-dir", tmp_path / "real", "--triton-dir", tmp_path / "alias"),
+        "dot-dot": ("--tilelang-dir", tmp_path / "two", "--triton-dir", tmp_path / "sub" / ".." / "two"),
+    }
+    for case, args in cases.items():
+        done = subprocess.run(
+            [sys.executable, "-m", "slime_flashqla", "cache", "import", archive_path, *map(str, args)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, (case, done.stderr)
+        assert " 0 already there" in done.stdout, (case, done.stdout)
+    env = {**os.environ, "TILELANG_CACHE_DIR": str(tmp_path / "env"), "TRITON_CACHE_DIR": str(tmp_path / "env")}
+    done = subprocess.run(
+        [sys.executable, "-m", "slime_flashqla", "cache", "import", str(archive_path)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert temp_leftovers(tmp_path / "one", tmp_path / "real", tmp_path / "two", tmp_path / "env") == []
 
 
 def test_cli_modules_import_nothing_heavy():

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
+import pickle
+import subprocess
+import sys
 import warnings
 
+import numpy as np
 import pytest
 import torch.distributed as dist
 
@@ -83,10 +88,34 @@ def test_bad_policy_names_the_valid_ones(monkeypatch, env, arg):
     assert not comm_guard.is_installed()
 
 
-@pytest.mark.parametrize("threshold", [-1, float("nan"), float("inf"), "3", True])
-def test_bad_threshold_is_refused(threshold):
-    with pytest.raises(ValueError, match="threshold_gb must be a finite number >= 0"):
+@pytest.mark.parametrize("threshold", [-1, float("nan"), float("inf"), "3", True, 1e308, 2**20 + 1])
+def test_bad_threshold_is_refused_before_anything_is_patched(threshold):
+    """Issue 25 D19: 1e308 raised OverflowError after patching, leaving a guard that guarded nothing."""
+    before = _snapshot()
+    with pytest.raises(ValueError, match=r"threshold_gb must be a number from 0 to 1048576 \(GiB\)"):
         comm_guard.install(threshold_gb=threshold)
+    assert not comm_guard.is_installed() and comm_guard.active_policy() is None
+    assert all(_snapshot()[k] is before[k] for k in before)
+
+
+def test_threshold_bounds_are_accepted():
+    assert comm_guard.install(threshold_gb=2**20) == "first-use"
+    assert comm_guard.install(threshold_gb=0) == "first-use"
+    assert comm_guard.install(threshold_gb=np.float32(2.5)) == "first-use"
+
+
+def test_guarded_collectives_pickle_to_the_torch_distributed_name():
+    """Issue 25 D20: a guarded dist.all_reduce could not be pickled (ship it to a spawned pool, for example)."""
+    comm_guard.install()
+    payloads = [pickle.dumps(dist.all_reduce), pickle.dumps(functools.partial(dist.broadcast, src=0))]
+    assert pickle.loads(payloads[0]) is dist.all_reduce
+    assert pickle.loads(payloads[1]).func is dist.broadcast
+    for name in ("isend", "new_group", "barrier"):
+        assert pickle.loads(pickle.dumps(getattr(dist, name))) is getattr(dist, name)
+    # A fresh interpreter, unguarded, gets torch's own function by the same name.
+    code = "import pickle, sys, torch.distributed as d; print(pickle.loads(sys.stdin.buffer.read()) is d.all_reduce)"
+    done = subprocess.run([sys.executable, "-c", code], input=payloads[0], capture_output=True, timeout=120)
+    assert done.stdout == b"True\n", done.stderr
 
 
 def test_probe_must_be_callable():
@@ -118,11 +147,8 @@ def test_install_wraps_with_metadata_and_uninstall_restores_the_originals():
         wrapper, original = getattr(dist, name), before[("dist", name)]
         assert wrapper is not original
         assert wrapper.__wrapped__ is original
-        assert (wrapper.__name__, wrapper.__doc__, wrapper.__module__) == (
-            original.__name__,
-            original.__doc__,
-            original.__module__,
-        )
+        assert (wrapper.__name__, wrapper.__doc__) == (original.__name__, original.__doc__)
+        assert wrapper.__module__ == "torch.distributed"  # where pickle finds it (issue 25 D20)
         assert inspect.signature(wrapper) == inspect.signature(original)
     pg_names = [name for name in ops.PG_METHODS if ("pg", name) in before]
     assert pg_names and not comm_guard.methods_guarded()

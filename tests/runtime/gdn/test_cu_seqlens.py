@@ -122,3 +122,40 @@ def test_on_cpu_every_call_reads_the_values():
         check_cu_seqlens(seqlens, TOKENS)
     seqlens.data[1], seqlens.data[2] = 20, 25
     assert checked_cu_seqlens(seqlens, 25).tolist() == [0, 20, 25]
+
+
+@pytest.mark.parametrize("reuse_on_cpu", [True, False], ids=["reusing", "reading"])
+def test_an_in_place_edit_of_the_checked_copy_is_read_again(reuse_on_cpu):
+    """Issue 25 D6: the copy handed to the kernels was trusted as it was, whatever was written into it."""
+    cache = CuSeqlensVerdicts(reuse_on_cpu=reuse_on_cpu)
+    checked = cache.checked(cu(0, 10, 30), TOKENS)
+    checked.copy_(cu(0, 40, 30))
+    with pytest.raises(GDNInputError, match="non-decreasing"):
+        cache.checked(checked, TOKENS)
+    # The same values as the edited copy once held, in a new tensor: a fresh copy, never the edited one.
+    fresh = cache.checked(cu(0, 10, 30), TOKENS)
+    assert fresh is not checked and fresh.tolist() == [0, 10, 30]
+    checked.copy_(cu(0, 20, 30))  # edited to values that pass: read, and checked again
+    assert cache.checked(checked, TOKENS).tolist() == [0, 20, 30]
+
+
+def test_the_probe_s_edit_of_the_runtime_s_copy_is_refused():
+    from slime_flashqla.gdn import check_inputs, get_chunk_gated_delta_rule
+
+    q, k, v = torch.randn(1, 10, 2, 8), torch.randn(1, 10, 2, 8), torch.randn(1, 10, 4, 8)
+    g, b = torch.randn(1, 10, 4).sigmoid().log(), torch.rand(1, 10, 4)
+    copy = check_inputs(q, k, v, g, b, None, None, cu(0, 3, 10)).cu_seqlens
+    copy.copy_(cu(0, 7, 3))
+    with pytest.raises(GDNInputError, match="end at T=10"):
+        get_chunk_gated_delta_rule("torch")(q, k, v, g=g, beta=b, cu_seqlens=copy)
+
+
+def test_meta_cu_seqlens_is_refused_by_the_layer_too():
+    """Issue 25 D21: the layer checks cu_seqlens before the device check, so it met torch's own error first."""
+    from slime_flashqla.layers import Qwen3NextGatedDeltaNet
+    from slime_flashqla.models import gdn_layer_config
+
+    config = {**gdn_layer_config(2, 4, head_dim=16, hidden_size=64), "linear_value_head_dim": 8}
+    layer = Qwen3NextGatedDeltaNet(config, backend="torch").to("meta")
+    with pytest.raises(GDNInputError, match="cu_seqlens on the meta device cannot be checked"):
+        layer(torch.empty(1, 30, 64, device="meta"), cu_seqlens=cu(0, 10, 30).to("meta"))

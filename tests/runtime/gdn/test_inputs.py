@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
 
+import numpy as np
 import pytest
 import torch
 
@@ -231,3 +232,27 @@ def test_backend_limits_are_input_errors_too():
     inputs = make_inputs(lengths=(8,), key_dim=64, value_dim=64, dtype=torch.bfloat16, initial_state=False)
     with pytest.raises(GDNInputError, match="K = V = 128"):
         call(inputs, backend="flashqla")
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+@pytest.mark.parametrize("scale", [np.float32(0.5), np.float16(0.5), np.float64(0.5), np.int64(1), 0.5, 2])
+def test_every_real_number_type_is_a_scale(inputs, backend, scale):
+    """Issue 25 D23: np.float32(0.5) was refused while np.float64(0.5), a float subclass, passed."""
+    o, _ = call(inputs, backend, scale=scale)
+    expected, _ = call(inputs, backend, scale=float(scale))
+    torch.testing.assert_close(o, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+def test_a_boolean_numpy_scale_is_refused(inputs, backend):
+    with refused("scale must be a finite positive number"):
+        call(inputs, backend, scale=np.bool_(True))
+
+
+def test_meta_cu_seqlens_is_refused_in_the_check():
+    """Issue 25 D21: meta cu_seqlens raised torch's own NotImplementedError from .tolist()."""
+    meta = {key: (t.to("meta") if t is not None else None) for key, t in make_inputs(lengths=(10, 20)).items()}
+    with refused("cu_seqlens on the meta device cannot be checked"):
+        call(meta, "torch")
+    with refused("cu_seqlens on the meta device cannot be checked"):
+        check_inputs(meta["q"], meta["k"], meta["v"], meta["g"], meta["beta"], cu_seqlens=meta["cu_seqlens"])

@@ -169,3 +169,29 @@ def test_gradients_cross_chunks_like_the_recurrence():
     )
     (o_small * torch.linspace(-1, 1, o.numel(), dtype=o.dtype).view_as(o)).sum().backward()
     torch.testing.assert_close(chunked_grad, v.grad, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("closed", [(4,), (0,), (63, 64), (4, 5, 100)], ids=str)
+def test_a_closed_gate_resets_the_state_like_the_recurrence(closed):
+    """Issue 25 D22: g = -inf (a fully closed gate) gave NaN, as exp(G_i - G_j) met -inf - -inf."""
+    inputs = make_inputs(lengths=(37, 91))
+    for t in closed:
+        inputs["g"][0, t, 1] = float("-inf")
+    o, ht, ro, rht = run_both(inputs)
+    assert torch.isfinite(o).all() and torch.isfinite(ht).all()
+    assert torch.isfinite(ro).all()  # the premise: the recurrence itself stays finite
+    assert rel(o, ro) < 1e-5 and rel(ht, rht) < 1e-5
+
+
+def test_gradients_through_a_closed_gate_are_finite():
+    inputs = make_inputs(lengths=(70,), requires_grad=True)
+    with torch.no_grad():
+        inputs["g"][0, 10, 0] = float("-inf")
+    o, ht = chunk_gated_delta_rule_torch(
+        inputs["q"], inputs["k"], inputs["v"], g=inputs["g"], beta=inputs["beta"],
+        initial_state=inputs["initial_state"], output_final_state=True, cu_seqlens=inputs["cu_seqlens"],
+    )  # fmt: skip
+    (o.square().sum() + ht.square().sum()).backward()
+    for name in ("q", "k", "v", "g", "beta", "initial_state"):
+        assert torch.isfinite(inputs[name].grad).all(), name
+    assert inputs["g"].grad[0, 10, 0] == 0  # nothing flows through a gate that is shut

@@ -8,7 +8,6 @@ way `import` reads it.  The concurrent-process test is in tests/runtime/cli/test
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -21,6 +20,7 @@ import pytest
 from helpers.kernel_cache_files import (
     files_under,
     make_caches,
+    rewrite,
     temp_leftovers,
     tilelang_entry_problems,
     triton_group_problems,
@@ -48,25 +48,6 @@ def exported(caches, tmp_path, stack=None, name="kernels.tar") -> Path:
 
 def other_arch(here) -> str:
     return "sm_100" if here.gpu_arch != "sm_100" else "sm_90"
-
-
-def rewrite(source: Path, target: Path, edit) -> Path:
-    """Copy an archive member by member, letting `edit(manifest, members)` change them; members are (TarInfo, bytes)."""
-    with tarfile.open(source) as tar:
-        infos = tar.getmembers()
-        members = [(info, tar.extractfile(info).read() if info.isreg() else b"") for info in infos]
-    manifest = json.loads(members[0][1])
-    members = members[1:]
-    edit(manifest, members)
-    with tarfile.open(target, "w") as tar:
-        data = json.dumps(manifest).encode()
-        info = tarfile.TarInfo(archive.MANIFEST_NAME)
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-        for info, data in members:
-            info.size = len(data) if info.isreg() else 0
-            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
-    return target
 
 
 def exported_files(root: Path) -> dict[str, bytes]:
@@ -294,7 +275,9 @@ def test_export_of_an_empty_cache_fails_and_keeps_an_existing_archive(tmp_path):
     (tmp_path / "old.tar").write_bytes(b"previous archive")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ArchiveError, match="nothing to export"):
-        export_archive(tmp_path / "old.tar", {"tilelang": tmp_path / "empty", "triton": tmp_path / "absent"})
+        export_archive(
+            tmp_path / "old.tar", {"tilelang": tmp_path / "empty", "triton": tmp_path / "absent"}, replace=True
+        )
     assert (tmp_path / "old.tar").read_bytes() == b"previous archive"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "old.tar"]
 
@@ -328,5 +311,5 @@ def test_triton_group_files_are_published_after_the_files_they_name(caches, tmp_
 def test_an_archive_written_into_the_cache_is_not_exported_into_the_next(caches, tmp_path):
     inside = caches["tilelang"] / "kernels.tar"
     first = export_archive(inside, caches)
-    second = export_archive(inside, caches)
+    second = export_archive(inside, caches, replace=True)
     assert "tilelang/kernels.tar" not in second["files"] and second["files"] == first["files"]

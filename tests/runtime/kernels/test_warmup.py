@@ -12,13 +12,15 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from slime_flashqla.models import HeadConfig, model_heads, parse_heads, split_for_tp
 
+WARMUP_CPU = (sys.executable, "-m", "slime_flashqla", "warmup", "--device", "cpu", "--backends", "torch")
+
 
 def warmup(tmp_path, *args, check=True):
-    cmd = [sys.executable, "-m", "slime_flashqla", "warmup", "--device", "cpu", "--backends", "torch"]
-    cmd += ["--cache-dir", str(tmp_path / "cache"), "--lengths", "40+30", *args]
+    cmd = [*WARMUP_CPU, "--cache-dir", str(tmp_path / "cache"), "--lengths", "40+30", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=check)
 
 
@@ -41,13 +43,72 @@ def test_model_heads_from_a_config_json(tmp_path):
     assert model_heads(str(path)) == HeadConfig(16, 48)
 
 
+def refusal(result) -> str:
+    """The one line a refused warmup prints: on stderr, exit 2, nothing on stdout (issue 25 D18)."""
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == "", result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("slime-flashqla warmup: "), result.stderr
+    return lines[0]
+
+
 def test_bad_arguments_fail_before_any_work(tmp_path):
-    result = warmup(tmp_path, "--heads", "16/30", check=False)
-    assert result.returncode == 2
-    assert "multiple of Hk" in result.stdout
-    result = warmup(tmp_path, "--heads", "2/4", "--lengths", "40+-1", check=False)
-    assert result.returncode == 2
+    assert "multiple of Hk" in refusal(warmup(tmp_path, "--heads", "16/30", check=False))
+    assert "--lengths" in refusal(warmup(tmp_path, "--heads", "2/4", "--lengths", "40+-1", check=False))
     assert not (tmp_path / "cache" / "slime-flashqla-locks").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--jobs", "0"), "--jobs must be at least 1, got 0"),
+        (("--jobs", "-3"), "--jobs must be at least 1, got -3"),
+        (("--max-tokens", "100000000000"), "--max-tokens must be between 64 and 4194304 tokens, got 100000000000"),
+        (("--lengths", "4000000+4000000"), "--lengths '4000000+4000000': a batch holds at most 4194304 tokens"),
+        (("--json", "nodir/x.json"), "--json nodir/x.json: the directory nodir does not exist"),
+        (("--json", "adir"), "--json adir: is a directory, not a regular file"),
+        (("--json", "/proc/version"), "--json /proc/version: cannot write in /proc"),
+    ],
+    ids=["jobs-0", "jobs-negative", "max-tokens", "lengths", "json-nodir", "json-dir", "json-proc"],
+)
+def test_bounds_and_the_output_path_are_checked_before_any_work(tmp_path, monkeypatch, args, says):
+    """Issue 25 D5, D12, D16: --json was written only after every compile, --jobs 0 was accepted."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    assert says in refusal(warmup(tmp_path, "--heads", "2/4", *args, check=False))
+    assert not (tmp_path / "cache" / "slime-flashqla-locks").exists()
+
+
+def test_jobs_never_exceed_the_configurations(tmp_path):
+    """Issue 25 D16: --jobs 30 with one configuration started 30 worker processes."""
+    done = warmup(tmp_path, "--heads", "2/4", "--jobs", "30", "--json", str(tmp_path / "r.json"))
+    assert done.stdout.startswith(f"warming 1 configuration(s) into {tmp_path / 'cache'} with 1 job(s)")
+    assert [r["status"] for r in json.loads((tmp_path / "r.json").read_text())["results"]] == ["compiled"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="describes a machine without a GPU")
+def test_without_a_gpu_warmup_refuses_up_front(tmp_path):
+    """Issue 25 D17, issue 24 item 3: every configuration failed with 'Torch not compiled with CUDA'."""
+    done = subprocess.run(
+        [sys.executable, "-m", "slime_flashqla", "warmup", "--heads", "1/1", "--backends", "torch",
+         "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    line = refusal(done)
+    assert "no CUDA GPU is visible" in line and "Traceback" not in done.stderr
+    assert not (tmp_path / "cache" / "slime-flashqla-locks").exists()
+
+
+def test_the_table_keeps_configuration_names_whole(tmp_path):
+    """Issue 24 item 3: the results table folded a configuration name mid-word."""
+    done = subprocess.run(
+        [*WARMUP_CPU, "--cache-dir", str(tmp_path / "cache"), "--heads", "2/4,1/2", "--max-tokens", "128",
+         "--lengths", "40+30"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "64"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for key in ("torch-hk2-hv4-varlen-bfloat16-layer-t128", "torch-hk1-hv2-varlen-bfloat16-layer-t128"):
+        assert any(key in line for line in done.stdout.splitlines()), done.stdout
 
 
 def test_second_run_finds_the_marker(tmp_path):
@@ -140,4 +201,4 @@ def test_the_warmed_parts_are_listed_in_the_results(tmp_path):
     (result,) = json.loads((tmp_path / "r.json").read_text())["results"]
     assert result["key"] == "torch-hk2-hv4-varlen-bfloat16-layer-t128"
     too_small = warmup(tmp_path, "--heads", "2/4", "--max-tokens", "8", check=False)
-    assert too_small.returncode == 2 and "--max-tokens must be >= 64" in too_small.stdout
+    assert "--max-tokens must be between 64 and 4194304 tokens, got 8" in refusal(too_small)
