@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from slime_flashqla.cli.render import print_table
+from slime_flashqla.integrations.slime.report import slime_rows
 
 REQUIRABLE = ("flashqla", "fla")
 
@@ -49,6 +50,7 @@ def report_rows(report: dict) -> list[tuple[str, str]]:
         ("FLA forwards to FlashQLA", str(report["fla_forwards_to_flashqla"])),
         ("TileLang kernel cache", report["tilelang_cache_dir"]),
     ]
+    rows += slime_rows(report["slime"])
     rows += [("WARNING", warning) for warning in report["warnings"]]
     return rows
 

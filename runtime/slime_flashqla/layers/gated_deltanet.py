@@ -68,7 +68,11 @@ class _GatedDeltaNetBase(nn.Module):
         self.A_log = nn.Parameter(torch.log(torch.empty(self.num_v_heads, dtype=dtype).uniform_(0.01, 16)))
         self.norm = _GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps, dtype=dtype)
         self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False, dtype=dtype)
-        self.chunk_gated_delta_rule = get_chunk_gated_delta_rule(self.backend)
+        self.chunk_gated_delta_rule = self._kernel_for(self.backend)
+
+    def _kernel_for(self, backend: str):
+        """The chunk_gated_delta_rule this layer runs (a subclass may look it up elsewhere, as slime's layers do)."""
+        return get_chunk_gated_delta_rule(backend)
 
     def _mix(self, hidden_states, cu_seqlens):  # pragma: no cover - defined by subclasses
         """(q, k, v, z, b, a): q/k/v after the short conv, z, and the gates' inputs b and a."""
