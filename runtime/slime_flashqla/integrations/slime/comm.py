@@ -126,7 +126,7 @@ def _slime_wrappers(module) -> dict[str, Callable]:
     found = {}
     for name, value in vars(dist).items():
         if (
-            isinstance(value, types.FunctionType)
+            type(value) is types.FunctionType
             and value.__code__.co_filename == module.__file__
             and value.__qualname__.endswith(_SLIME_COMM_WRAPPER)
         ):
