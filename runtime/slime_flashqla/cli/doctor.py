@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from slime_flashqla.cli.render import print_table
-from slime_flashqla.integrations.slime.report import slime_rows
 
 REQUIRABLE = ("flashqla", "fla")
 
@@ -26,6 +25,8 @@ def register(subparsers) -> None:
 
 def report_rows(report: dict) -> list[tuple[str, str]]:
     """The doctor report as (item, value) rows."""
+    from slime_flashqla.integrations.slime.report import slime_rows
+
     gpus = "; ".join(f"{g['index']}: {g['name']} (SM {g['capability']})" for g in report["gpus"]) or "none"
     rows = [
         ("slime-flashqla", report["slime_flashqla"]),
