@@ -42,6 +42,7 @@ def slime_env(source: Path, *, install_at_start: bool = False, **extra: str) -> 
 
 def run_gloo_pair(mode: str, source: Path, free_bytes: int = 100 * 1024**3) -> list[dict]:
     """Both ranks' results of slime_comm_worker.py in `mode` (slime alone, or a comm policy under the integration)."""
+    require_slime_comm_dependencies()
     with tempfile.TemporaryDirectory(prefix="slime_comm_") as tmp:
         store = str(Path(tmp) / "store")
         command = [sys.executable, str(HERE / "slime_comm_worker.py"), mode, "{rank}", "2", store, str(free_bytes)]
