@@ -111,6 +111,7 @@ def collect_report() -> dict:
     from slime_flashqla.gdn.fla_kernels import fla_forwards_to_flashqla
     from slime_flashqla.gdn.flashqla_support import support_line
     from slime_flashqla.gdn.validation import flashqla_runtime_status
+    from slime_flashqla.integrations.slime.report import slime_report
     from slime_flashqla.kernels.cache import tilelang_cache_dir
 
     cuda = torch.cuda.is_available()
@@ -146,6 +147,7 @@ def collect_report() -> dict:
         "fla_forwards_to_flashqla": fla_forwards_to_flashqla(),
         "tilelang_cache_dir": str(tilelang_cache_dir()),
     }
+    report["slime"] = slime_report()
     report["warnings"] = known_problems(report)
     report["notes"] = report_notes(report)
     return report

@@ -25,6 +25,8 @@ def register(subparsers) -> None:
 
 def report_rows(report: dict) -> list[tuple[str, str]]:
     """The doctor report as (item, value) rows."""
+    from slime_flashqla.integrations.slime.report import slime_rows
+
     gpus = "; ".join(f"{g['index']}: {g['name']} (SM {g['capability']})" for g in report["gpus"]) or "none"
     rows = [
         ("slime-flashqla", report["slime_flashqla"]),
@@ -50,6 +52,7 @@ def report_rows(report: dict) -> list[tuple[str, str]]:
         ("FLA forwards to FlashQLA", str(report["fla_forwards_to_flashqla"])),
         ("TileLang kernel cache", report["tilelang_cache_dir"]),
     ]
+    rows += slime_rows(report["slime"])
     rows += [("WARNING", warning) for warning in report["warnings"]]
     rows += [("NOTE", note) for note in report.get("notes", [])]
     return rows

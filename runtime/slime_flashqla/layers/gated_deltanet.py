@@ -87,7 +87,7 @@ class _GatedDeltaNetBase(nn.Module):
         self.A_log = nn.Parameter(torch.log(torch.empty(self.num_v_heads, dtype=dtype).uniform_(0.01, 16)))
         self.norm = _GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps, dtype=dtype, tp=self.tp)
         self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False, dtype=dtype)
-        self.chunk_gated_delta_rule = get_chunk_gated_delta_rule(self.backend)
+        self.chunk_gated_delta_rule = self._kernel_for(self.backend)
         if preload_kernels:
             # Loads what `warmup` recorded for these heads on a background thread (kernels/preload.py).
             start_kernel_preload(self.backend, self.num_k_heads, self.num_v_heads)
@@ -123,6 +123,10 @@ class _GatedDeltaNetBase(nn.Module):
         """The unsharded checkpoint's tensors under their names (a collective: every tensor-parallel rank calls it)."""
         rules = self.shard_rules()
         return {name: self.tp.gather(tensor, rules.get(name)) for name, tensor in self.state_dict().items()}
+
+    def _kernel_for(self, backend: str):
+        """The chunk_gated_delta_rule this layer runs (a subclass may look it up elsewhere, as slime's layers do)."""
+        return get_chunk_gated_delta_rule(backend)
 
     def _mix(self, hidden_states, cu_seqlens):  # pragma: no cover - defined by subclasses
         """(q, k, v, z, b, a): q/k/v after the short conv, z, and the gates' inputs b and a."""

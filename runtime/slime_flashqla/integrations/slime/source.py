@@ -143,7 +143,9 @@ def import_slime_module(name: str, source: str | os.PathLike | None = None) -> t
 
 
 def slime_gdn_layer_class(model: str, source: str | os.PathLike | None = None) -> type:
-    """slime's own GDN layer class for `model` ('qwen3-next' or 'qwen3.5')."""
+    """slime's own GDN layer class for `model` ('qwen3-next' or 'qwen3.5'), also while the integration replaces it."""
+    from slime_flashqla.integrations.slime.patches import original_attribute
+
     if model not in GDN_MODULES:
         raise SlimeSourceError(f"no slime GDN layer for {model!r}; known: {', '.join(GDN_MODULES)}")
-    return getattr(import_slime_module(GDN_MODULES[model], source), GDN_CLASSES[model])
+    return original_attribute(import_slime_module(GDN_MODULES[model], source), GDN_CLASSES[model])

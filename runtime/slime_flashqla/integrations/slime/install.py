@@ -1,0 +1,145 @@
+"""Installing the slime integration in a process: once, under a lock, undoable, switched off by one variable.
+
+What `install()` does, and what it leaves alone, is in docs/en/slime.md. A live process shows
+it three ways: the log line written at install (logger `slime_flashqla.integrations.slime`),
+`slime_flashqla.integrations.slime.active()`, and `__slime_flashqla_replaced__` on each slime
+module it patched.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from dataclasses import dataclass, field
+
+from slime_flashqla import comm_guard
+from slime_flashqla.comm_guard.policy import FIRST_USE, resolve_policy
+from slime_flashqla.integrations.slime import comm, gdn
+from slime_flashqla.integrations.slime.patches import PatchOnImport, PatchSet
+
+SWITCH_ENV = "SLIME_FLASHQLA_SLIME"
+DEFAULT_THRESHOLD_GB = 3.0  # slime's `free_GB < 3`
+logger = logging.getLogger("slime_flashqla.integrations.slime")
+
+# slime module -> what the integration changes in it, in words (the doctor shows this before install).
+PLAN = {
+    gdn.BACKEND_MODULE: "get_chunk_gated_delta_rule -> slime_flashqla.gdn's (auto, flashqla, fla, torch)",
+    gdn.QWEN3_NEXT_MODULE: (
+        "Qwen3NextGatedDeltaNet -> slime_flashqla.integrations.slime.gdn.Qwen3NextGatedDeltaNet; "
+        "get_chunk_gated_delta_rule -> slime_flashqla.gdn's"
+    ),
+    gdn.QWEN3_5_MODULE: (
+        "Qwen3_5GatedDeltaNet -> slime_flashqla.integrations.slime.gdn.Qwen3_5GatedDeltaNet; "
+        "get_chunk_gated_delta_rule -> slime_flashqla.gdn's"
+    ),
+    comm.RPG_MODULE: (
+        "_wrap_low_level_call -> slime's own without its available_memory() check, the comm guard's policy deciding; "
+        "ReloadableProcessGroup.reload_process_groups re-arms first-use"
+    ),
+}
+
+
+def enabled() -> bool:
+    """Whether $SLIME_FLASHQLA_SLIME allows the integration (unset or 1: yes; 0: no)."""
+    value = os.environ.get(SWITCH_ENV, "").strip()
+    if value in ("", "1"):
+        return True
+    if value == "0":
+        return False
+    raise ValueError(f"${SWITCH_ENV} is {value!r}: set 1 (or leave it unset) to use slime-flashqla in slime, 0 to not")
+
+
+@dataclass
+class Installation:
+    """The integration in force in this process."""
+
+    policy: str
+    threshold_gb: float
+    pid: int = field(default_factory=os.getpid)
+    call_sites: comm.CallSiteCheck | None = None
+    patches: PatchSet = field(default_factory=PatchSet)
+    signatures: PatchSet = field(default_factory=PatchSet)
+    p2p_ops: PatchSet = field(default_factory=PatchSet)
+    finder: PatchOnImport | None = None
+
+    def replaced(self) -> list[str]:
+        """Every slime name replaced so far (modules imported later are added as they import)."""
+        return self.patches.targets()
+
+    def comm_checks(self) -> dict[str, int]:
+        """Probes run by slime's call sites (always / whitelist); the guard's are in comm_guard.stats()."""
+        site = self.call_sites
+        return {"checked": site.checked, "cleared": site.cleared} if site else {"checked": 0, "cleared": 0}
+
+    def describe(self) -> str:
+        """One line: what is in force."""
+        where = "the comm guard's wrappers" if self.policy == FIRST_USE else "slime's call sites"
+        return (
+            f"slime-flashqla slime integration installed in pid {self.pid}: GDN layers and backends from "
+            f"slime_flashqla; collective memory check policy {self.policy} (decided by {where}, threshold "
+            f"{self.threshold_gb:g} GiB); ${SWITCH_ENV}=0 turns it off"
+        )
+
+
+_LOCK = threading.RLock()
+_ACTIVE: list[Installation] = []
+
+
+def active() -> Installation | None:
+    """The installation in force in this process, or None."""
+    return _ACTIVE[0] if _ACTIVE and _ACTIVE[0].pid == os.getpid() else None
+
+
+def install(policy: str | None = None, threshold_gb: float = DEFAULT_THRESHOLD_GB, probe=None) -> Installation | None:
+    """Put slime_flashqla's backends, layers and comm guard policy under slime in this process (once); None when off.
+
+    `policy` defaults to $SLIME_FLASHQLA_COMM_CHECK, else first-use; `probe` returns free bytes
+    (default: the comm guard's). A second call returns the installation in force unchanged.
+    """
+    with _LOCK:
+        current = active()
+        if current is not None:
+            return current
+        if not enabled():
+            logger.info("slime-flashqla slime integration not installed: $%s=0", SWITCH_ENV)
+            return None
+        resolved = resolve_policy(policy)
+        number = isinstance(threshold_gb, int | float) and not isinstance(threshold_gb, bool)
+        if not number or not math.isfinite(threshold_gb) or threshold_gb < 0:
+            raise ValueError(f"slime integration: threshold_gb must be a finite number >= 0 GiB, got {threshold_gb!r}")
+        if probe is not None and not callable(probe):
+            raise TypeError(f"slime integration: probe must be a callable returning free bytes or None, got {probe!r}")
+        found = Installation(resolved, float(threshold_gb))
+        found.call_sites = comm.CallSiteCheck(resolved, threshold_gb, probe or comm_guard.probe)
+        if resolved == FIRST_USE:
+            comm.install_guard(found.signatures, found.p2p_ops, threshold_gb, probe)
+        found.finder = PatchOnImport(
+            {
+                gdn.BACKEND_MODULE: lambda module: gdn.patch_backend_module(found.patches, module),
+                gdn.QWEN3_NEXT_MODULE: lambda module: gdn.patch_layer_module(found.patches, module),
+                gdn.QWEN3_5_MODULE: lambda module: gdn.patch_layer_module(found.patches, module),
+                comm.RPG_MODULE: lambda module: comm.patch_call_sites(found.patches, module, found.call_sites),
+            }
+        )
+        found.finder.activate()
+        _ACTIVE[:] = [found]
+        logger.info(found.describe())
+        return found
+
+
+def uninstall() -> None:
+    """Put slime's own names back and remove the comm guard; a no-op when not installed."""
+    with _LOCK:
+        current = active()
+        if current is None:
+            return
+        current.finder.deactivate()
+        current.patches.undo()
+        current.p2p_ops.undo()
+        if current.policy == FIRST_USE:
+            comm_guard.uninstall()
+        current.signatures.undo()
+        _ACTIVE.clear()
+        logger.info("slime-flashqla slime integration uninstalled in pid %d", current.pid)

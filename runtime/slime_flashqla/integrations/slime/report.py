@@ -1,0 +1,69 @@
+"""The doctor's slime section: where slime's source is, whether the integration is on, what it would replace.
+
+`slime-flashqla doctor` runs in its own process, where nothing of slime is running: it reports what
+`install()` would do, and how to see what a live slime process did. It imports nothing of slime.
+"""
+
+from __future__ import annotations
+
+import os
+
+LIVE_CHECK = (
+    "in a slime actor: the log line 'slime-flashqla slime integration installed in pid N', "
+    "slime_flashqla.integrations.slime.active() (None when not installed), or "
+    "slime_plugins.models.qwen3_next.__slime_flashqla_replaced__ (slime's originals by name)"
+)
+
+
+def _module_file(root, module: str):
+    path = root.joinpath(*module.split("."))
+    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
+
+
+def slime_report() -> dict:
+    """The slime section of the doctor report, as JSON-ready data."""
+    from slime_flashqla.comm_guard.policy import ENV_VAR, resolve_policy
+    from slime_flashqla.integrations.slime.install import PLAN, SWITCH_ENV, active, enabled
+    from slime_flashqla.integrations.slime.source import SOURCE_ENV, SlimeSourceError, slime_source
+
+    report: dict = {"source": None, "source_from": None, "source_problem": None}
+    try:
+        root = slime_source()
+    except SlimeSourceError as error:
+        root, report["source_problem"] = None, str(error)
+    if root is not None:
+        report["source"] = str(root)
+        report["source_from"] = f"${SOURCE_ENV}" if os.environ.get(SOURCE_ENV) else "importable slime_plugins"
+    elif report["source_problem"] is None:
+        report["source_problem"] = f"not found: set ${SOURCE_ENV} to a slime checkout, or put slime on PYTHONPATH"
+    try:
+        report["switch"] = f"on (${SWITCH_ENV} unset or 1)" if enabled() else f"off (${SWITCH_ENV}=0)"
+    except ValueError as error:
+        report["switch"] = f"invalid: {error}"
+    try:
+        report["policy"] = resolve_policy(None)
+    except ValueError as error:
+        report["policy"] = f"invalid: {error}"
+    report["policy_from"] = f"${ENV_VAR}" if os.environ.get(ENV_VAR) else "default"
+    found = {module: bool(root and _module_file(root, module)) for module in PLAN}
+    report["would_replace"] = {module: {"change": change, "found": found[module]} for module, change in PLAN.items()}
+    here = active()
+    report["active_here"] = here.describe() if here else None
+    report["live_check"] = LIVE_CHECK
+    return report
+
+
+def slime_rows(section: dict) -> list[tuple[str, str]]:
+    """The slime section as the doctor table's (item, value) rows."""
+    source = f"{section['source']} (from {section['source_from']})" if section["source"] else section["source_problem"]
+    rows = [
+        ("slime source", source),
+        ("slime integration", section["switch"]),
+        ("slime comm check policy", f"{section['policy']} ({section['policy_from']})"),
+    ]
+    if section["source"]:
+        for module, plan in section["would_replace"].items():
+            rows.append((f"slime {module}", plan["change"] + ("" if plan["found"] else " (not in this slime)")))
+    here = section["active_here"] or f"not installed in this process; to check {section['live_check']}"
+    rows.append(("slime integration here", here))
+    return rows
