@@ -165,7 +165,7 @@ class PreloadResult:
     label: str
     loaded: int = 0  # kernels this preload loaded
     present: int = 0  # already loaded (by the training thread) when the preload reached them
-    programs: int = 0  # recorded programs it filed
+    programs: int = 0  # recorded programs it read
     skipped: list[str] = field(default_factory=list)  # one line per recorded spec it could not load
     note: str = ""  # why it loaded nothing or stopped early; empty when it went through
     seconds: float = 0.0

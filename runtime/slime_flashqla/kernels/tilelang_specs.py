@@ -8,16 +8,19 @@ the form, the disk-cache entry the kernel came from, and the program itself (TVM
 checked to print the same text, so it names the same cache entry). A `TileLangSpecialisation`
 then does that first call's work ahead of time on another thread:
 
-- `prepare()` puts the recorded program where the factory looks for an already-built one, so
-  whichever thread calls the factory first skips the front end;
-- `load()` builds the kernel through the factory's own `compile` (the disk-cache load) and
-  files it where the factory's next call looks first. It never calls the factory itself:
-  the factory's last-call shortcut is three attributes written one after another, and a
-  second thread writing them could hand the training thread another form's kernel.
+- `prepare()` reads the recorded program into the specialisation itself;
+- `load()` loads the kernel through TileLang's disk cache from that program (or, without one,
+  through the factory's own `compile`) and files it where the factory's next call looks first.
+  It never calls the factory itself: the factory's last-call shortcut is three attributes written
+  one after another, and a second thread writing them could hand the training thread another
+  form's kernel.
 
-A load never compiles: the recorded cache entry must still be complete, and while a preload
-runs, TileLang's own "begins to compile" log line raises `CompileRefused` in the preload thread
-before any compile work starts.
+A recorded program never goes where the factory looks for built ones (its phase-1 cache):
+TileLang 0.1.15 compiles a program read back from JSON wrongly (its layout annotations fail
+layout inference, `test_tilelang_specs` shows it), so a training thread that found one there and
+missed the disk cache would fail instead of compiling. A load never compiles: the recorded cache
+entry must still be complete, and while a preload runs, TileLang's own "begins to compile" log
+line raises `CompileRefused` in the preload thread before any compile work starts.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import sys
 import threading
 from collections.abc import Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from slime_flashqla.cli.errors import one_line
@@ -259,6 +262,7 @@ class TileLangSpecialisation:
     cache_dir: Path
     record_dir: Path
     use_program: bool = True
+    _program: object = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -285,17 +289,10 @@ class TileLangSpecialisation:
         return impl, args, kwargs
 
     def prepare(self) -> bool:
-        """File the recorded program where the factory looks for a built one; False when there is none."""
+        """Read the recorded program, for this specialisation's own load; False when there is none to read."""
         if not (self.use_program and self.spec.get("program")):
             return False
-        impl, args, kwargs = self._call()
-        key, template = _template(impl, args, kwargs)
-        if template is not None:
-            return False  # built already (by the training thread)
-        from tilelang.language.eager.builder import TirTemplate
-
-        program = load_program(self.record_dir / self.spec["program"])
-        impl.func.p1_cache.setdefault(key, TirTemplate.from_lazy_style(impl.func.orig_func.__name__, program))
+        self._program = load_program(self.record_dir / self.spec["program"])
         return True
 
     def load(self) -> bool:
@@ -307,9 +304,26 @@ class TileLangSpecialisation:
         key, _ = impl.func.parse_args(*args, **kwargs)
         if key in impl._kernel_cache:
             return False
-        kernel = impl.compile(*args, **kwargs)
+        # Without a recorded program, the factory builds it (on this thread).
+        kernel = impl.compile(*args, **kwargs) if self._program is None else compile_program(impl, self._program)
         impl._kernel_cache.setdefault(key, kernel)  # one dict write: the training thread may be reading
         return True
+
+
+def compile_program(impl, program):
+    """The kernel of `program` through TileLang's compile (disk cache first), as the factory's `compile` calls it."""
+    from tilelang.jit import compile as tilelang_compile
+
+    return tilelang_compile(
+        program,
+        out_idx=impl.out_idx,
+        execution_backend=impl.execution_backend,
+        target=impl.target,
+        target_host=impl.target_host,
+        verbose=impl.verbose,
+        pass_configs=impl.pass_configs,
+        compile_flags=impl.compile_flags,
+    )
 
 
 def specialisations(
