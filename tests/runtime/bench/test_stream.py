@@ -5,15 +5,16 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
 
 from slime_flashqla.bench import stream
 from slime_flashqla.bench.packs import PackDistribution
+from slime_flashqla.bench.stream_progress import ProgressFile
 
 TINY = (
     "--device", "cpu", "--backend", "torch", "--steps", "3", "--max-tokens", "96", "--median-len", "40",
@@ -256,7 +257,22 @@ def test_steps_reach_the_parent_while_the_worker_runs(tmp_path):
     result = stream.run_worker(job, tmp_path / "w.log", 120, None, lambda i, s: seen.append((i, s, time.time())))
     assert [i for i, _, _ in seen] == [0, 1, 2]
     assert [s for _, s, _ in seen] == [step["seconds"] for step in result["steps"]]
-    assert seen[0][2] <= os.path.getmtime(tmp_path / "r.json")  # step 0 arrived before the result was written
+    # While it runs: a worker that reports step 0, then goes on only once the parent has seen it
+    # (a tiny run like the one above may end within one poll, so its timing proves nothing).
+    progress, acknowledged = tmp_path / "w.progress", tmp_path / "acknowledged"
+    waiting = textwrap.dedent(
+        f"""
+        import pathlib, time
+        pathlib.Path({str(progress)!r}).write_text("0 0.5\\n")
+        flag, deadline = pathlib.Path({str(acknowledged)!r}), time.time() + 60
+        while not flag.exists() and time.time() < deadline:
+            time.sleep(0.01)
+        raise SystemExit(0 if flag.exists() else 3)
+        """
+    )
+    worker = subprocess.Popen([sys.executable, "-c", waiting])
+    returncode = stream._wait(worker, 90, ProgressFile(progress), lambda i, s: acknowledged.touch())
+    assert returncode == 0  # 3: step 0 reached the parent only after the worker ended
 
 
 @pytest.mark.parametrize(
