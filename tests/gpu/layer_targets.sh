@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Issue 19's targets on one GPU, in stages, evidence under OUT_DIR (default ./layer-targets):
+#   tune     conv_tune: sweep the short conv's launch configurations, write the best into this
+#            copy's source (and OUT_DIR/conv_tune.json), ours against FLA's conv at 4k/32k/64k tokens
+#   apply    write OUT_DIR/conv_tune.json's configurations into this copy's source (a later call
+#            on a fresh copy of the tree)
+#   warmup   cold `slime-flashqla warmup` of ours (16/32, 2/8) and slime's repeated-q/k path (32/32)
+#   compare  layer_compare: ours (auto) against slime's own layer classes, both models, four packs,
+#            peak memory, and a kernel profile of each at 8192+24576
+#   parity   the GPU tests of both layers against the float32 layer, and of the Triton ops
+#   stream   `bench stream` of the auto layer after the warm-up, 16/32 and 2/8, with its stall table
+#   bash tests/gpu/layer_targets.sh stage ...      (SLIME_SOURCE names slime's checkout)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT_DIR=$(mkdir -p "${OUT_DIR:-layer-targets}" && cd "${OUT_DIR:-layer-targets}" && pwd)
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+STEPS=${STEPS:-60}
+status=0
+stage() { printf '\n==== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
+
+for s in "$@"; do
+  case "$s" in
+    tune)
+      stage "conv_tune sweep, applied"
+      $PY tests/gpu/conv_tune.py --apply --json "$OUT_DIR/conv_tune.json" || status=1
+      ;;
+    apply)
+      stage "conv configurations from $OUT_DIR/conv_tune.json"
+      $PY tests/gpu/conv_tune.py --apply-from "$OUT_DIR/conv_tune.json" || status=1
+      ;;
+    warmup)
+      stage "warmup 16/32,2/8,32/32, cold"
+      $PY -m slime_flashqla warmup --heads 16/32,2/8,32/32 --backends flashqla --jobs 3 \
+        --json "$OUT_DIR/warmup.json" || status=1
+      ;;
+    compare)
+      stage "layers: ours against slime's own"
+      $PY tests/gpu/layer_compare.py --slime-source "${SLIME_SOURCE:?SLIME_SOURCE names slime}" \
+        --profile 8192+24576 --json "$OUT_DIR/layer_compare.json" || status=1
+      ;;
+    parity)
+      stage "gpu tests: layers and Triton ops"
+      $PY -m pytest -q -rs -m gpu tests/runtime/layers tests/runtime/triton_ops -p no:cacheprovider || status=1
+      ;;
+    stream)
+      stage "bench stream, auto, 16/32 and 2/8, after the warm-up"
+      $PY -m slime_flashqla bench stream --backend auto --heads 16/32,2/8 --steps "$STEPS" --plain \
+        --json "$OUT_DIR/stream_auto.json" || status=1
+      $PY tests/gpu/preload_stream.py report "$OUT_DIR/stream_auto.json" || status=1
+      ;;
+    *)
+      echo "unknown stage $s" >&2
+      exit 2
+      ;;
+  esac
+done
+exit $status
