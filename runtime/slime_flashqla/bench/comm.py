@@ -23,6 +23,8 @@ import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 
+from slime_flashqla.bench.options import output_paths, write_output
+
 VARIANTS = ("unwrapped", "always", "whitelist", "first-use", "off")
 # The default policy with the ProcessGroup methods wrapped too (`install(methods=True)`): a
 # second wrapper on the path of every module-level call, timed to show what it costs.
@@ -419,11 +421,10 @@ def _run_initialized(args: argparse.Namespace) -> None:
         if report is not None:
             print_report(report, getattr(args, "plain", False))
             if args.json:
-                with open(args.json, "w") as f:
-                    json.dump(report, f, indent=1)
+                write_output(Path(args.json), json.dumps(report, indent=1) + "\n")
                 print(f"wrote {args.json}")
             if getattr(args, "markdown", None):
-                Path(args.markdown).write_text(format_table(report) + "\n")
+                write_output(Path(args.markdown), format_table(report) + "\n")
                 print(f"wrote {args.markdown}")
         dist.barrier()
     finally:
@@ -442,6 +443,12 @@ def run(args: argparse.Namespace) -> int:
     counts = [1 if n is None else n for n in (args.rounds, args.iters_small, args.iters_large)]
     if min(counts) < 1 or args.warmup < 0:
         print("bench comm: --rounds and --iters-* must be >= 1, --warmup >= 0", file=sys.stderr)
+        return 2
+    try:  # where the results go is checked before any rank starts, as every benchmark checks it
+        for option, path in output_paths(args, ValueError, ("json", "markdown")).items():
+            setattr(args, option, str(path))
+    except ValueError as refused:
+        print(f"bench comm: {refused}", file=sys.stderr)
         return 2
     if "WORLD_SIZE" in os.environ:  # torchrun (or another launcher) started us
         _run_initialized(args)

@@ -103,3 +103,22 @@ def test_bench_cli_dispatches_by_name():
     for bad in (["bench", "comm", "--sizes", "3"], ["bench", "comm", "--sizes", "lots"], ["bench"]):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "missing folder"])
+def test_an_unusable_output_path_is_refused_before_any_rank_starts(tmp_path, capfd, kind):
+    """--json/--markdown are checked first (a FIFO once hung the run after it, a folder failed it at the end)."""
+    import os
+
+    target = tmp_path / "out.json"
+    if kind == "directory":
+        target.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target = tmp_path / "no" / "out.json"
+    argv = ["--backend", "gloo", "--nproc", "2", "--sizes", "4K", "--rounds", "1", "--iters-small", "2"]
+    for option in ("--json", "--markdown"):
+        assert comm.main([*argv, option, str(target)]) == 2
+        err = capfd.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"bench comm: {option}"), err
