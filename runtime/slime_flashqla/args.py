@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from slime_flashqla.gdn.api import BACKENDS
+from slime_flashqla.gdn.names import BACKENDS, DEFAULT_BACKEND
 
 GDN_BACKEND_HELP = (
     "kernel for the Qwen3.5/Qwen3-Next Gated DeltaNet layers: 'fla' (FLA's own Triton kernels, the "
@@ -16,7 +16,7 @@ GDN_BACKEND_HELP = (
 
 def add_gdn_backend_argument(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add `--qwen-gdn-backend {fla,flashqla,torch,auto}` (default `fla`) to a parser or group."""
-    parser.add_argument("--qwen-gdn-backend", choices=BACKENDS, default="fla", help=GDN_BACKEND_HELP)
+    parser.add_argument("--qwen-gdn-backend", choices=BACKENDS, default=DEFAULT_BACKEND, help=GDN_BACKEND_HELP)
     return parser
 
 

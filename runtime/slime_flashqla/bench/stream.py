@@ -37,6 +37,7 @@ from slime_flashqla.bench.report import environment, print_table, rich_console
 from slime_flashqla.bench.stream_progress import ProgressFile, StreamProgress
 from slime_flashqla.bench.stream_worker import StreamJob
 from slime_flashqla.bench.variants import LAYER_MODELS, VARIANTS, Variant, variant_problem
+from slime_flashqla.gdn.names import BACKENDS
 
 LEVELS = ("layer", "kernel")
 # Ours and slime's two paths. A layer: slime's own layer class with --qwen-gdn-backend flashqla and
@@ -97,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help=f"comma list of {', '.join(VARIANTS)} (default at --level layer: {','.join(DEFAULT_VARIANTS['layer'])}; "
         f"kernel: {','.join(DEFAULT_VARIANTS['kernel'])})",
     )
-    parser.add_argument("--backend", help="run one backend alone (auto, flashqla, fla, torch) instead of --variants")
+    parser.add_argument("--backend", help=f"run one backend alone ({', '.join(BACKENDS)}) instead of --variants")
     parser.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda when a GPU is present)")
     parser.add_argument(
         "--max-tokens", type=int, default=32768, help="largest pack, in tokens, at most 2**31-1 (default 32768)"
@@ -180,7 +181,7 @@ def _variants(args) -> list[Variant]:
     if args.backend:
         name = {"flashqla": "flashqla-gva", "fla": "fla-gva"}.get(args.backend, args.backend)
         if name not in VARIANTS or VARIANTS[name].repeat:
-            raise StreamInputError(f"unknown --backend {args.backend!r}; choose from auto, flashqla, fla, torch")
+            raise StreamInputError(f"unknown --backend {args.backend!r}; choose from {', '.join(BACKENDS)}")
         return [VARIANTS[name]]
     names = [item.strip() for item in (args.variants or ",".join(DEFAULT_VARIANTS[args.level])).split(",")]
     names = [name for name in names if name]

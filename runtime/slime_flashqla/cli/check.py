@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from slime_flashqla.cli.render import print_table
+from slime_flashqla.gdn.names import AUTO, BACKENDS
 
 
 def register(subparsers) -> None:
@@ -10,9 +11,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "check", help="doctor report + one GDN layer forward/backward (and kernel parity on a GPU)"
     )
-    parser.add_argument(
-        "--backend", default="auto", choices=("auto", "fla", "flashqla", "torch"), help="GDN backend (default auto)"
-    )
+    parser.add_argument("--backend", default=AUTO, choices=BACKENDS, help=f"GDN backend (default {AUTO})")
     parser.set_defaults(func=run)
 
 

@@ -1,32 +1,37 @@
 """GDN kernel backends for chunk_gated_delta_rule: `fla`, `flashqla`, `torch` and `auto`.
 
-Nothing here imports fla, flash_qla, tilelang or triton until a kernel is asked for.
+Nothing here imports fla, flash_qla, tilelang or triton until a kernel is asked for, and the
+package itself imports nothing heavy: each name below loads its module on first use, so
+`slime_flashqla.gdn.names` stays torch-free for the CLI.
 """
 
-from slime_flashqla.gdn.api import (
-    BACKENDS,
-    AutoChunkGatedDeltaRule,
-    BackendChoice,
-    choose_backend,
-    explain_auto,
-    get_chunk_gated_delta_rule,
-)
-from slime_flashqla.gdn.errors import FlashQLAUnavailableError, GDNInputError
-from slime_flashqla.gdn.inputs import GDNShape, check_inputs
-from slime_flashqla.gdn.validation import RuntimeStatus, flashqla_runtime_status, validate_flashqla_runtime
+import importlib
 
-__all__ = [
-    "BACKENDS",
-    "AutoChunkGatedDeltaRule",
-    "BackendChoice",
-    "FlashQLAUnavailableError",
-    "GDNInputError",
-    "GDNShape",
-    "RuntimeStatus",
-    "check_inputs",
-    "choose_backend",
-    "explain_auto",
-    "flashqla_runtime_status",
-    "get_chunk_gated_delta_rule",
-    "validate_flashqla_runtime",
-]
+_HOMES = {
+    "BACKENDS": "names",
+    "DEFAULT_BACKEND": "names",
+    "AutoChunkGatedDeltaRule": "api",
+    "BackendChoice": "api",
+    "choose_backend": "api",
+    "explain_auto": "api",
+    "get_chunk_gated_delta_rule": "api",
+    "FlashQLAUnavailableError": "errors",
+    "GDNInputError": "errors",
+    "GDNShape": "inputs",
+    "check_inputs": "inputs",
+    "RuntimeStatus": "validation",
+    "flashqla_runtime_status": "validation",
+    "validate_flashqla_runtime": "validation",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    """Load a public name from its module on first use (PEP 562)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value

@@ -12,10 +12,9 @@ from slime_flashqla.gdn.backends import KERNEL_BACKENDS, needs_backward
 from slime_flashqla.gdn.empty import empty_outputs
 from slime_flashqla.gdn.errors import GDNInputError
 from slime_flashqla.gdn.inputs import GDNShape, check_inputs
+from slime_flashqla.gdn.names import BACKENDS
 
 logger = logging.getLogger("slime_flashqla.gdn")
-
-BACKENDS = ("fla", "flashqla", "torch", "auto")
 
 
 @dataclass(frozen=True)

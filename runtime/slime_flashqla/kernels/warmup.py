@@ -26,11 +26,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from slime_flashqla.gdn.names import KERNEL_BACKEND_NAMES
 from slime_flashqla.kernels.cache import CACHE_ENV, tilelang_cache_dir
 from slime_flashqla.kernels.preload import recording
 from slime_flashqla.models import HeadConfig
 
-WARMUP_BACKENDS = ("flashqla", "fla", "torch")
+WARMUP_BACKENDS = KERNEL_BACKEND_NAMES  # every kernel backend; `auto` picks one of them
 # A short and a long packed batch, run through the layer first (what warm-up always ran).
 DEFAULT_LENGTHS = ((1000, 3096), (8192, 24576))
 DEFAULT_MAX_TOKENS = 32768  # the pack budget of training

@@ -14,14 +14,13 @@ import math
 import torch
 from torch import nn
 
-from slime_flashqla.gdn import BACKENDS, get_chunk_gated_delta_rule
+from slime_flashqla.gdn import get_chunk_gated_delta_rule
+from slime_flashqla.gdn.names import BACKENDS, DEFAULT_BACKEND
 from slime_flashqla.kernels.preload import start_kernel_preload
 from slime_flashqla.layers.config import GDNConfig
 from slime_flashqla.layers.ops import gdn_gates, rms_norm_gated, short_conv_silu
 from slime_flashqla.layers.tensor_parallel import ShardRule, TensorParallel
 from slime_flashqla.triton_ops.causal_conv1d import ProjectionLayout
-
-DEFAULT_BACKEND = "fla"
 
 
 def resolve_backend(backend: str | None, args) -> str:

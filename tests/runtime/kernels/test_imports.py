@@ -56,7 +56,7 @@ def test_import_seconds_are_itemised_by_package_from_a_real_importtime_run():
     from slime_flashqla.kernels.first_step import OTHER, imports_by_package
 
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import json, email.mime.text, slime_flashqla.gdn"],
+        [sys.executable, "-X", "importtime", "-c", "import json, email.mime.text, slime_flashqla.gdn.api"],
         capture_output=True,
         text=True,
         check=True,
