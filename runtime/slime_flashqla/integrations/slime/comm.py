@@ -33,6 +33,8 @@ from slime_flashqla.comm_guard.policy import ALWAYS, FIRST_USE, WHITELIST
 from slime_flashqla.integrations.slime.patches import PatchSet
 
 RPG_MODULE = "slime.utils.reloadable_process_group"
+# On the patched `_wrap_low_level_call`: a one-item list, the check every patched call site runs.
+CURRENT_CHECK_ATTR = "__slime_flashqla_check__"
 # slime's own name for the check's probe; wrappers of its module-level collectives carry it.
 _SLIME_COMM_WRAPPER = "get_new_comm_function.<locals>.new_function"
 
@@ -85,15 +87,19 @@ class CallSiteCheck:
 def patch_call_sites(patches: PatchSet, module, check: CallSiteCheck) -> None:
     """Replace slime's `_wrap_low_level_call` by its own context manager, the check decided by the policy."""
     if "_wrap_low_level_call" in vars(module).get("__slime_flashqla_replaced__", {}):
+        # Patched already, by an install this process inherited (a forked child's): the new check goes in.
+        getattr(module._wrap_low_level_call, CURRENT_CHECK_ATTR)[0] = check
         return
+    current = [check]  # every call site below reads the check from here, so a reinstall reaches them
     original = module._wrap_low_level_call
 
     @functools.wraps(original)
     def _wrap_low_level_call(check_memory=True):
-        if check.wanted(check_memory):
-            check.run(module)
+        if current[0].wanted(check_memory):
+            current[0].run(module)
         return original(check_memory=False)  # slime's own, for its note on a failing collective
 
+    setattr(_wrap_low_level_call, CURRENT_CHECK_ATTR, current)
     patches.set(module, "_wrap_low_level_call", _wrap_low_level_call)
     group_class = module.ReloadableProcessGroup
     reload_groups = group_class.reload_process_groups
@@ -102,21 +108,20 @@ def patch_call_sites(patches: PatchSet, module, check: CallSiteCheck) -> None:
         reload_groups()
         # slime rebuilds its groups with the new_group it saved before any guard: probe their first use again
         comm_guard.rearm()
-        check.rearm()
+        current[0].rearm()
 
     reload_process_groups = functools.wraps(reload_groups)(reload_process_groups)
     patches.set(group_class, "reload_process_groups", staticmethod(reload_process_groups))
-    if check.policy == FIRST_USE:
-        forward = group_class._fwd
+    forward = group_class._fwd
 
-        @functools.wraps(forward)
-        def _fwd(self, method, *args, **kwargs):
-            # A direct call of a group method: no torch.distributed function, so no guard wrapper, saw it.
-            if check.first_call(method, self.group):
-                check.run(module)
-            return forward(self, method, *args, **kwargs)
+    @functools.wraps(forward)
+    def _fwd(self, method, *args, **kwargs):
+        # A direct call of a group method: no torch.distributed function, so no guard wrapper, saw it.
+        if current[0].policy == FIRST_USE and current[0].first_call(method, self.group):
+            current[0].run(module)
+        return forward(self, method, *args, **kwargs)
 
-        patches.set(group_class, "_fwd", _fwd)
+    patches.set(group_class, "_fwd", _fwd)
 
 
 def _slime_wrappers(module) -> dict[str, Callable]:

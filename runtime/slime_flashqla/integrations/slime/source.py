@@ -133,7 +133,9 @@ def import_slime_module(name: str, source: str | os.PathLike | None = None) -> t
         sys.path.insert(0, str(root))
     package = name.split(".")[0]
     loaded = sys.modules.get(package)
-    if loaded is not None and getattr(loaded, "__file__", None) and not Path(loaded.__file__).is_relative_to(root):
+    # Resolved both: a checkout reached through a symbolic link is the same checkout.
+    where = Path(loaded.__file__).resolve() if loaded is not None and getattr(loaded, "__file__", None) else None
+    if where is not None and not where.is_relative_to(root.resolve()):
         raise SlimeSourceError(f"{package} is already imported from {Path(loaded.__file__).parent}, not {root}")
     install_megatron_stand_ins()
     try:
