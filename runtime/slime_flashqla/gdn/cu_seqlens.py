@@ -9,7 +9,8 @@ values that passed. A stale verdict then means the kernels run on the checked va
 (make a new tensor, or edit in place the ordinary way, to pass new ones), never out of bounds.
 The copy is handed out too (check_inputs(...).cu_seqlens, each kernel's argument): an
 in-place edit of it bumps its version, and a copy whose version moved is dropped with its
-verdict, so whatever is passed next is read and checked again.
+verdict, so whatever is passed next is read and checked again. A CPU copy is read on every
+call; a CUDA copy edited past its version counter (through `.data`) is the one case not seen.
 """
 
 from __future__ import annotations
@@ -81,7 +82,9 @@ class CuSeqlensVerdicts:
             last = self._last = None
         key = self._track_key(cu_seqlens)
         if last is not None and tokens == last.tokens:
-            if cu_seqlens is last.checked:  # a layer passing on what it got from this cache
+            # A layer passing on what it got from this cache. Only where reading costs a sync: a
+            # CPU copy is read again, so an edit no version counter sees (`.data`, numpy) is caught.
+            if cu_seqlens is last.checked and key is not None:
                 return cu_seqlens
             if key is not None and key == last.key and last.caller() is cu_seqlens:
                 return last.checked

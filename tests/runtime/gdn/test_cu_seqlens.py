@@ -139,6 +139,20 @@ def test_an_in_place_edit_of_the_checked_copy_is_read_again(reuse_on_cpu):
     assert cache.checked(checked, TOKENS).tolist() == [0, 20, 30]
 
 
+def test_an_edit_of_a_cpu_copy_that_bumps_no_version_is_read_again():
+    """The issue-25 audit's gap: `.data` and numpy edits of the copy move no version counter."""
+    verdicts.clear()
+    copy = checked_cu_seqlens(cu(0, 3, 10), 10)
+    copy.data[1], copy.data[2] = 7, 3
+    with pytest.raises(GDNInputError, match="end at T=10"):
+        checked_cu_seqlens(copy, 10)
+    verdicts.clear()
+    copy = checked_cu_seqlens(cu(0, 3, 10), 10)
+    copy.numpy()[:] = [0, 7, 3]
+    with pytest.raises(GDNInputError, match="end at T=10"):
+        checked_cu_seqlens(copy, 10)
+
+
 def test_the_probe_s_edit_of_the_runtime_s_copy_is_refused():
     from slime_flashqla.gdn import check_inputs, get_chunk_gated_delta_rule
 
