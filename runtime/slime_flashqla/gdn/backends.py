@@ -1,6 +1,8 @@
 """The GDN kernel backends: `torch`, `fla`, `flashqla`, each a small class whose checks return (ok, reason).
 
 Reasons are data: `auto` and `slime-flashqla doctor` report them instead of swallowing them.
+`GDNBackend` says what every backend answers and holds the common answers; a backend's own
+facts live in its subclass, and `KERNEL_BACKENDS` (under gdn/names.py's names) is the registry.
 """
 
 from __future__ import annotations
@@ -23,50 +25,77 @@ def needs_backward(*tensors: torch.Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
-class TorchBackend:
-    """The pure-PyTorch reference: any device, any float dtype, any head size."""
+class GDNBackend:
+    """One GDN kernel backend: its name, what it needs, and how a call reaches its kernel."""
 
-    name = "torch"
-    supports_gva = True
-    unavailable_error = RuntimeError
-    specialisations = None  # nothing is compiled, so nothing is preloaded
+    name: str
+    module: str | None = None  # the package its kernel comes from (None: this package's own code)
+    supports_gva = True  # q/k may keep their own (smaller) head count
+    unavailable_error: type[Exception] = RuntimeError
+    specialisations = None  # a source of recorded kernel specialisations to preload (kernels/preload.py)
+    runs = "runs these inputs"  # how `supports` says yes
 
     def available(self, device: torch.device | None = None) -> tuple[bool, str]:
-        return True, "pure PyTorch, always available"
+        """(ok, reason): whether this machine can run the backend at all."""
+        raise NotImplementedError
 
     def input_problem(self, shape: GDNShape, dtype: torch.dtype, device: torch.device) -> str | None:
+        """Why the backend cannot take these inputs, or None."""
         return None
 
     def runtime_problem(self, device: torch.device, backward: bool, dtype: torch.dtype) -> str | None:
+        """Why the backend cannot run on this device (forward, or with `backward`), or None."""
         return None
 
     def supports(self, shape: GDNShape, dtype: torch.dtype, device: torch.device, backward: bool):
-        return True, "pure PyTorch runs any valid input"
+        """(ok, reason) for one call: the inputs' problem, else the runtime's, else why it runs."""
+        problem = self.input_problem(shape, dtype, device) or self.runtime_problem(device, backward, dtype)
+        return (False, problem) if problem else (True, self.runs_reason(device, backward))
+
+    def runs_reason(self, device: torch.device, backward: bool) -> str:
+        """Why the backend runs a call that has no problem."""
+        return self.runs
 
     def require(self) -> None:
-        return None
+        """Raise, naming the package to install, where the backend's package is missing."""
+        if self.module is not None:
+            require(self.module, self.name)
+
+    def kernel(self):
+        """The chunk_gated_delta_rule function this backend calls."""
+        raise NotImplementedError
+
+    def prepare(self, q, k, v, g, beta, kwargs: dict):
+        """The inputs as this backend's kernel takes them (by default, as they are)."""
+        return q, k, v, g, beta, kwargs
+
+    def warmup_paths(self) -> dict[str, dict]:
+        """Kernel paths a warm-up must force beside what the layer runs (by default none)."""
+        return {}
+
+
+class TorchBackend(GDNBackend):
+    """The pure-PyTorch reference: any device, any float dtype, any head size."""
+
+    name = "torch"
+    runs = "pure PyTorch runs any valid input"
+
+    def available(self, device: torch.device | None = None) -> tuple[bool, str]:
+        return True, "pure PyTorch, always available"
 
     def kernel(self):
         from slime_flashqla.gdn.reference import chunk_gated_delta_rule_torch
 
         return chunk_gated_delta_rule_torch
 
-    def prepare(self, q, k, v, g, beta, kwargs: dict):
-        """The inputs as this backend's kernel takes them (the reference takes them as they are)."""
-        return q, k, v, g, beta, kwargs
 
-    def warmup_paths(self) -> dict[str, dict]:
-        """Kernel paths a warm-up must force beside what the layer runs (none: nothing is compiled)."""
-        return {}
-
-
-class FLABackend:
+class FLABackend(GDNBackend):
     """FLA's own Triton kernels (never FLA's forwarding to FlashQLA)."""
 
     name = "fla"
     module = "fla"
-    unavailable_error = RuntimeError
-    specialisations = None  # the preload covers TileLang factories; FLA's kernels are Triton's
+    runs = "FLA's own kernels run these inputs"
+    # specialisations: none, the preload covers TileLang factories and FLA's kernels are Triton's
 
     @property
     def supports_gva(self) -> bool:
@@ -97,13 +126,6 @@ class FLABackend:
             return hopper_backward_problem(installed_version("fla"), installed_version("triton"), capability)
         return None
 
-    def supports(self, shape: GDNShape, dtype: torch.dtype, device: torch.device, backward: bool):
-        problem = self.input_problem(shape, dtype, device) or self.runtime_problem(device, backward, dtype)
-        return (False, problem) if problem else (True, "FLA's own kernels run these inputs")
-
-    def require(self) -> None:
-        require(self.module, self.name)
-
     def kernel(self):
         from slime_flashqla.gdn.fla_kernels import fla_own_chunk_gated_delta_rule
 
@@ -119,12 +141,11 @@ class FLABackend:
         return {"kernel": {}}
 
 
-class FlashQLABackend:
+class FlashQLABackend(GDNBackend):
     """FlashQLA's TileLang kernels, K = V = 128, on the GPUs the installed release runs (gdn/flashqla_support.py)."""
 
     name = "flashqla"
     module = "flash_qla"
-    supports_gva = True
     unavailable_error = FlashQLAUnavailableError
 
     # Where flash-qla is missing: the pip name, so the refusal says what to install.
@@ -164,11 +185,8 @@ class FlashQLABackend:
                 return f"FlashQLA's {sm(capability)} forward kernel supports bfloat16 only"
         return None
 
-    def supports(self, shape: GDNShape, dtype: torch.dtype, device: torch.device, backward: bool):
-        problem = self.input_problem(shape, dtype, device) or self.runtime_problem(device, backward, dtype)
-        if problem:
-            return False, problem
-        return True, f"FlashQLA validates ({flashqla_runtime_status(device, backward=backward).reason})"
+    def runs_reason(self, device: torch.device, backward: bool) -> str:
+        return f"FlashQLA validates ({flashqla_runtime_status(device, backward=backward).reason})"
 
     def require(self) -> None:
         problems, _ = self.unmet(None, backward=False)
