@@ -34,7 +34,7 @@ def main() -> int:
     """Print the self-check; a failure to collect the report is itself reported, not raised."""
     variant = os.environ.get("SLIME_FLASHQLA_IMAGE", "unknown")
     try:
-        from slime_flashqla.doctor import collect_report
+        from slime_flashqla.diagnostics.report import collect_report
 
         report = collect_report()
     except Exception as exc:  # the report must never stop the container's command

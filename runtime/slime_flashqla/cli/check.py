@@ -20,8 +20,8 @@ def run(args) -> int:
     import logging
 
     from slime_flashqla.cli.doctor import report_rows
-    from slime_flashqla.doctor import collect_report
-    from slime_flashqla.selfcheck import run_check
+    from slime_flashqla.diagnostics.check import run_check
+    from slime_flashqla.diagnostics.report import collect_report
 
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     print_table("slime-flashqla doctor", report_rows(collect_report()))

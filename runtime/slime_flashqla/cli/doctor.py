@@ -78,7 +78,7 @@ def unmet_requirements(report: dict, required: list[str]) -> list[str]:
 
 def run(args) -> int:
     """Print the report; return 1 when a --require is not met."""
-    from slime_flashqla.doctor import collect_report
+    from slime_flashqla.diagnostics.report import collect_report
 
     report = collect_report()
     problems = unmet_requirements(report, args.require)

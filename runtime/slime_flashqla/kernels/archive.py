@@ -168,7 +168,7 @@ def current_stack() -> Stack:
     """This machine's stack: GPU and driver (via torch, nvidia-smi), versions (package metadata), TileLang's nvcc."""
     import torch
 
-    from slime_flashqla.doctor import _driver_cuda, _nvidia_smi_driver
+    from slime_flashqla.diagnostics.node import driver_cuda, nvidia_smi_driver
 
     versions = {name: _distribution_version(name) for name in VERSION_DISTRIBUTIONS}
     versions["torch.cuda"] = torch.version.cuda
@@ -176,7 +176,7 @@ def current_stack() -> Stack:
     versions["machine"] = platform.machine()
     arch, name = _gpu()
     cuda = arch != "none"
-    driver = (_nvidia_smi_driver(), _driver_cuda()) if cuda else (None, None)
+    driver = (nvidia_smi_driver(), driver_cuda()) if cuda else (None, None)
     return Stack(arch, name, versions, nvcc=tilelang_nvcc_version(), driver=driver[0], driver_cuda=driver[1])
 
 

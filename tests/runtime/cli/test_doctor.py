@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from slime_flashqla.cli.doctor import report_rows
-from slime_flashqla.doctor import known_problems, report_notes
+from slime_flashqla.diagnostics.report import known_problems, report_notes
 
 NO_GPU = not torch.cuda.is_available()
 

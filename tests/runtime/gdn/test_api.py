@@ -144,7 +144,7 @@ def test_importing_the_package_imports_no_gpu_library():
     code = (
         "import sys, json\n"
         "import slime_flashqla, slime_flashqla.gdn, slime_flashqla.layers, slime_flashqla.args\n"
-        "import slime_flashqla.cli, slime_flashqla.doctor, slime_flashqla.kernels.cache\n"
+        "import slime_flashqla.cli, slime_flashqla.diagnostics.report, slime_flashqla.kernels.cache\n"
         "from slime_flashqla.cli import build_parser; build_parser()\n"
         "from slime_flashqla.gdn import get_chunk_gated_delta_rule, explain_auto\n"
         "get_chunk_gated_delta_rule('torch'); get_chunk_gated_delta_rule('auto'); explain_auto()\n"

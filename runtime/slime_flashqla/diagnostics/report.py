@@ -3,57 +3,16 @@
 from __future__ import annotations
 
 import platform
-import shutil
-import subprocess
 import sys
 
 from packaging.version import InvalidVersion, Version
 
+from slime_flashqla.diagnostics.node import driver_cuda, gpus, nvidia_smi_driver
 from slime_flashqla.gdn.packages import PIP_PACKAGES, installed_version, is_installed
 
 # FLA's GDN backward on Hopper is wrong with Triton >= 3.4.0 and < 3.7.1 unless FLA can
 # route chunk_bwd_dqkwg to TileLang (FLA issues #640, #983); torch 2.8 brings Triton 3.4.0.
 BAD_TRITON_LOW, BAD_TRITON_HIGH = Version("3.4.0"), Version("3.7.1")
-
-
-def _nvidia_smi_driver() -> str | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = [line.strip() for line in out.splitlines() if line.strip()]
-    return lines[0] if lines else None
-
-
-def _driver_cuda() -> str | None:
-    """The CUDA version the installed driver supports (e.g. "12.8"), or None."""
-    import torch
-
-    try:
-        value = int(torch._C._cuda_getDriverVersion())
-    except (AttributeError, RuntimeError):
-        return None
-    return f"{value // 1000}.{(value % 1000) // 10}" if value > 0 else None
-
-
-def _gpus() -> list[dict]:
-    import torch
-
-    if not torch.cuda.is_available():
-        return []
-    gpus = []
-    for index in range(torch.cuda.device_count()):
-        major, minor = torch.cuda.get_device_capability(index)
-        gpus.append({"index": index, "name": torch.cuda.get_device_name(index), "capability": f"{major}.{minor}"})
-    return gpus
 
 
 def _version(text: str | None) -> Version | None:
@@ -79,8 +38,8 @@ def known_problems(report: dict) -> list[str]:
             f"FLA's GDN backward on Hopper with Triton {triton} (>= 3.4.0, < 3.7.1) and no TileLang gives wrong "
             "gradients or fails (FLA issues #640, #983): pip install tilelang, or use Triton >= 3.7.1"
         )
-    driver_cuda, torch_cuda = _version(report["driver_cuda"]), _version(report["torch_cuda"])
-    if driver_cuda and torch_cuda and driver_cuda.release[:2] < torch_cuda.release[:2]:
+    supported, torch_cuda = _version(report["driver_cuda"]), _version(report["torch_cuda"])
+    if supported and torch_cuda and supported.release[:2] < torch_cuda.release[:2]:
         warnings.append(
             f"the NVIDIA driver supports CUDA {report['driver_cuda']} but PyTorch is built for CUDA "
             f"{report['torch_cuda']}: upgrade the driver (CUDA 12.8 needs driver >= 570)"
@@ -130,9 +89,9 @@ def collect_report() -> dict:
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "cuda_available": cuda,
-        "driver": _nvidia_smi_driver() if cuda else None,
-        "driver_cuda": _driver_cuda() if cuda else None,
-        "gpus": _gpus(),
+        "driver": nvidia_smi_driver() if cuda else None,
+        "driver_cuda": driver_cuda() if cuda else None,
+        "gpus": gpus(),
         "packages": {module: installed_version(module) for module in PIP_PACKAGES},
         "backends": backends,
         "flashqla": {
