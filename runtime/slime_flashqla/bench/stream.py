@@ -91,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--level", choices=LEVELS, default="layer", help="a whole GDN layer (default) or the kernel")
     parser.add_argument("--heads", default="", help="comma list of Hk/Hv per rank (default 16/32)")
     parser.add_argument("--model", action="append", default=[], help="model name or config.json, as warmup takes it")
-    parser.add_argument("--tp", default="1", help="comma list of tensor-parallel sizes for --model (default 1)")
+    parser.add_argument("--tp", help="comma list of tensor-parallel sizes for --model (default 1)")
     parser.add_argument(
         "--variants",
         default=None,
@@ -166,7 +166,9 @@ def _heads(args) -> list[HeadConfig]:
 
     try:
         heads = parse_heads(args.heads) if args.heads.strip() else []
-        tps = [int(item) for item in args.tp.split(",") if item.strip()]
+        tps = [int(item) for item in (args.tp or "1").split(",") if item.strip()]
+        if args.tp is not None and not args.model:
+            raise ValueError(f"--tp {args.tp} splits a --model's heads; give --model (--heads takes per-rank heads)")
         for model in args.model:
             full = model_heads(model)
             heads += [HeadConfig(h.key_heads, h.value_heads) for h in (split_for_tp(full, tp) for tp in tps)]

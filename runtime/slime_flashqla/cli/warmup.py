@@ -16,7 +16,7 @@ def register(subparsers) -> None:
         help="compile FlashQLA/FLA kernels for head configurations into a persistent cache (one compile per node)",
     )
     parser.add_argument("--model", action="append", default=[], help="model name or path to its config.json")
-    parser.add_argument("--tp", default="1", help="comma list of tensor-parallel sizes for --model (default 1)")
+    parser.add_argument("--tp", help="comma list of tensor-parallel sizes for --model (default 1)")
     parser.add_argument("--heads", default="", help="comma list of Hk/Hv per rank, e.g. 16/32,8/16")
     parser.add_argument(
         "--backends", default="flashqla", help="comma list of backends to warm: flashqla, fla, torch (default flashqla)"
@@ -58,7 +58,9 @@ def build_tasks(args):
     from slime_flashqla.models import model_heads, parse_heads, split_for_tp
 
     heads = [parse_heads(item) for item in args.heads.split(",") if item.strip()]
-    tps = [int(item) for item in args.tp.split(",") if item.strip()]
+    tps = [int(item) for item in (args.tp or "1").split(",") if item.strip()]
+    if args.tp is not None and not args.model:
+        raise ValueError(f"--tp {args.tp} splits a --model's heads; give --model (--heads takes per-rank heads)")
     for model in args.model:
         full = model_heads(model)
         heads += [split_for_tp(full, tp) for tp in tps]

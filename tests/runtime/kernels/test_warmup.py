@@ -68,8 +68,9 @@ def test_bad_arguments_fail_before_any_work(tmp_path):
         (("--json", "nodir/x.json"), "--json nodir/x.json: the directory nodir does not exist"),
         (("--json", "adir"), "--json adir: is a directory, not a regular file"),
         (("--json", "/proc/version"), "--json /proc/version: cannot write in /proc"),
+        (("--tp", "8"), "--tp 8 splits a --model's heads"),  # it was ignored beside --heads
     ],
-    ids=["jobs-0", "jobs-negative", "max-tokens", "lengths", "json-nodir", "json-dir", "json-proc"],
+    ids=["jobs-0", "jobs-negative", "max-tokens", "lengths", "json-nodir", "json-dir", "json-proc", "tp-no-model"],
 )
 def test_bounds_and_the_output_path_are_checked_before_any_work(tmp_path, monkeypatch, args, says):
     """Issue 25 D5, D12, D16: --json was written only after every compile, --jobs 0 was accepted."""
