@@ -65,6 +65,15 @@ def split_for_tp(heads: HeadConfig, tp: int) -> HeadConfig:
     return HeadConfig(heads.key_heads // tp, heads.value_heads // tp)
 
 
+def model_rank_heads(models: list[str], tp: str | None) -> list[HeadConfig]:
+    """Each model's heads per rank at each tensor-parallel size of `tp` (a comma list; None: 1)."""
+    if tp is not None and not models:
+        # --tp splits a model's heads: beside --heads alone it would do nothing the user can see.
+        raise ValueError(f"--tp {tp} splits a --model's heads; give --model (--heads takes per-rank heads)")
+    sizes = [int(item) for item in (tp or "1").split(",") if item.strip()]
+    return [split_for_tp(model_heads(model), size) for model in models for size in sizes]
+
+
 def model_heads(name_or_config: str) -> HeadConfig:
     """Heads of a named model or of a Hugging Face config.json path, checked as `parse_heads` checks them."""
     if name_or_config in MODEL_HEADS:

@@ -162,16 +162,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def _heads(args) -> list[HeadConfig]:
-    from slime_flashqla.models import model_heads, split_for_tp
+    from slime_flashqla.models import model_rank_heads
 
     try:
         heads = parse_heads(args.heads) if args.heads.strip() else []
-        tps = [int(item) for item in (args.tp or "1").split(",") if item.strip()]
-        if args.tp is not None and not args.model:
-            raise ValueError(f"--tp {args.tp} splits a --model's heads; give --model (--heads takes per-rank heads)")
-        for model in args.model:
-            full = model_heads(model)
-            heads += [HeadConfig(h.key_heads, h.value_heads) for h in (split_for_tp(full, tp) for tp in tps)]
+        heads += [HeadConfig(h.key_heads, h.value_heads) for h in model_rank_heads(args.model, args.tp)]
     except (ShapeError, ValueError) as error:
         raise StreamInputError(str(error)) from None
     return list(dict.fromkeys(heads)) or [HeadConfig(16, 32)]

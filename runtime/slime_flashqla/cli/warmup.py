@@ -55,15 +55,10 @@ def register(subparsers) -> None:
 def build_tasks(args):
     """The warm-up tasks the arguments describe (validated before anything runs)."""
     from slime_flashqla.kernels.warmup import MAX_TOKENS, WARMUP_BACKENDS, WarmupTask, warmup_parts
-    from slime_flashqla.models import model_heads, parse_heads, split_for_tp
+    from slime_flashqla.models import model_rank_heads, parse_heads
 
     heads = [parse_heads(item) for item in args.heads.split(",") if item.strip()]
-    tps = [int(item) for item in (args.tp or "1").split(",") if item.strip()]
-    if args.tp is not None and not args.model:
-        raise ValueError(f"--tp {args.tp} splits a --model's heads; give --model (--heads takes per-rank heads)")
-    for model in args.model:
-        full = model_heads(model)
-        heads += [split_for_tp(full, tp) for tp in tps]
+    heads += model_rank_heads(args.model, args.tp)
     if not heads:
         raise ValueError("nothing to warm: give --model and/or --heads")
     backends = [item.strip() for item in args.backends.split(",") if item.strip()]
