@@ -68,6 +68,21 @@ def staging_dirs(*roots: Path) -> list[Path]:
     return [p for root in roots if root.exists() for p in root.glob(".slime-flashqla-import-*")]
 
 
+def staging_the_big_file(*roots: Path) -> bool:
+    """The big library is half-written into staging: mid-import, well before publishing and cleanup.
+
+    A staging directory alone also exists during the final cleanup; a signal caught there lands
+    after the work (CI once stopped an import at that point, and it finished with 0).
+    """
+    for staging in staging_dirs(*roots):
+        try:
+            if any(0 < part.stat().st_size < BIG for part in staging.rglob("huge.cubin")):
+                return True
+        except FileNotFoundError:  # removed while we looked
+            continue
+    return False
+
+
 def test_sigterm_mid_import_removes_the_staging_directory(big_archive, tmp_path):
     tl, tr = tmp_path / "tl", tmp_path / "tr"
     process = subprocess.Popen(
@@ -76,7 +91,7 @@ def test_sigterm_mid_import_removes_the_staging_directory(big_archive, tmp_path)
         stderr=subprocess.PIPE,
         text=True,
     )
-    caught_mid_work(process, lambda: staging_dirs(tl, tr))
+    caught_mid_work(process, lambda: staging_the_big_file(tl, tr))
     returncode, stderr = deliver(process, signal.SIGTERM)
     assert returncode == 143 and stderr == "slime-flashqla cache import: terminated (SIGTERM)\n"
     assert staging_dirs(tl, tr) == [] and temp_leftovers(tl, tr) == []
@@ -87,7 +102,7 @@ def test_sigkill_mid_import_leaves_staging_that_the_next_import_removes(big_arch
     tl, tr = tmp_path / "tl", tmp_path / "tr"
     dirs = ("--tilelang-dir", tl, "--triton-dir", tr)
     process = subprocess.Popen(command("import", big_archive, *dirs), stderr=subprocess.PIPE)
-    caught_mid_work(process, lambda: staging_dirs(tl, tr))
+    caught_mid_work(process, lambda: staging_the_big_file(tl, tr))
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
     assert staging_dirs(tl, tr), "SIGKILL cannot be caught: its staging directory stays"
@@ -101,6 +116,21 @@ def export_temps(directory: Path) -> list[Path]:
     return sorted(directory.glob(".out.tar.gz.*.tmp"))
 
 
+def writing_the_archive(directory: Path) -> bool:
+    """The archive's temp file holds bytes: mid-export.
+
+    The output-path check creates and removes an empty file of the same name pattern at start-up
+    (can this directory be written?); a signal caught then lands before the export began.
+    """
+    for temp in export_temps(directory):
+        try:
+            if temp.stat().st_size > 0:
+                return True
+        except FileNotFoundError:  # the check's own file, removed while we looked
+            continue
+    return False
+
+
 def test_sigterm_mid_export_removes_the_temp_file_and_keeps_the_old_archive(tmp_path):
     caches = big_caches(tmp_path / "src")
     out = tmp_path / "out.tar.gz"
@@ -111,7 +141,7 @@ def test_sigterm_mid_export_removes_the_temp_file_and_keeps_the_old_archive(tmp_
         stderr=subprocess.PIPE,
         text=True,
     )
-    caught_mid_work(process, lambda: export_temps(tmp_path))
+    caught_mid_work(process, lambda: writing_the_archive(tmp_path))
     returncode, stderr = deliver(process, signal.SIGTERM)
     assert returncode == 143 and stderr == "slime-flashqla cache export: terminated (SIGTERM)\n"
     assert export_temps(tmp_path) == [] and out.read_bytes() == b"previous archive"
@@ -122,7 +152,7 @@ def test_sigkill_mid_export_leaves_a_temp_file_that_the_next_export_removes(tmp_
     out = tmp_path / "out.tar.gz"
     args = ("--tilelang-dir", caches["tilelang"], "--triton-dir", caches["triton"])
     process = subprocess.Popen(command("export", out, *args), stderr=subprocess.PIPE)
-    caught_mid_work(process, lambda: export_temps(tmp_path))
+    caught_mid_work(process, lambda: writing_the_archive(tmp_path))
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
     assert export_temps(tmp_path) and not out.exists()
