@@ -12,7 +12,6 @@ import itertools
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
@@ -129,7 +128,7 @@ class _GatedDeltaNetBase(nn.Module):
         return get_chunk_gated_delta_rule(backend)
 
     def _mix(self, hidden_states, cu_seqlens):  # pragma: no cover - defined by subclasses
-        """(q, k, v, z, b, a): q/k/v after the short conv, z as the gated norm's [rows, heads, V] view, b and a."""
+        """(q, k, v, z, b, a): q/k/v after the short conv, z, and the gates' inputs b and a."""
         raise NotImplementedError
 
     def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
@@ -161,7 +160,10 @@ class _GatedDeltaNetBase(nn.Module):
             use_qk_l2norm_in_kernel=True,
             cu_seqlens=cu_seqlens,
         )
-        core = self.norm(core.reshape(z.shape), z)
+        # Rows of (token, key head) holding `group` value heads: z's layout in both checkpoints,
+        # so the norm reads Qwen3-Next's z where the fused projection wrote it.
+        rows = (batch * tokens * self.num_k_heads, self.num_v_heads // self.num_k_heads, self.head_v_dim)
+        core = self.norm(core.reshape(rows), z.view(rows))
         return self.tp.leave(self.out_proj(core.reshape(batch, tokens, self.value_dim)))
 
 
@@ -192,13 +194,11 @@ class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
         layout = ProjectionLayout(self.num_k_heads, self.head_k_dim, group * self.head_v_dim, group * self.head_v_dim)
         query, key, value, z = short_conv_silu(self.in_proj_qkvz(hidden_states), self.conv1d.weight, cu_seqlens, layout)
         ba = self.in_proj_ba(hidden_states).view(batch, tokens, self.num_k_heads, 2 * group)
-        # Norm rows of (token, key head), `group` value heads each: the norm reads z in place.
-        z = z.view(batch * tokens * self.num_k_heads, group, self.head_v_dim)
         return query, key, value, z, ba[..., :group], ba[..., group:]
 
 
 class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
-    """Qwen3.5 GDN: the checkpoint's separate `in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`, run as one GEMM."""
+    """Qwen3.5 GDN: separate `in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`."""
 
     def __init__(self, config, layer_idx: int = 0, args=None, backend: str | None = None, **parallel) -> None:
         super().__init__(config, layer_idx, args, backend, **parallel)
@@ -218,20 +218,10 @@ class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
         }
 
     def _mix(self, hidden_states, cu_seqlens):
-        batch, tokens, _ = hidden_states.shape
-        heads = self.num_v_heads
-        # One GEMM for the four projections (parameters keep the checkpoint's names): one input
-        # gradient instead of four that autograd adds, and no narrow b/a GEMMs.
-        weight = torch.cat(
-            [self.in_proj_qkv.weight, self.in_proj_z.weight, self.in_proj_b.weight, self.in_proj_a.weight]
-        )
-        z_split = (self.value_dim, heads, heads)
-        layout = ProjectionLayout(1, self.key_dim, self.value_dim, sum(z_split), z_split)
-        query, key, value, z, b, a = short_conv_silu(
-            F.linear(hidden_states, weight), self.conv1d.weight, cu_seqlens, layout
-        )
-        z = z.view(batch * tokens, heads, self.head_v_dim)
-        return query, key, value, z, b.squeeze(2), a.squeeze(2)
+        layout = ProjectionLayout(1, self.key_dim, self.value_dim)
+        query, key, value = short_conv_silu(self.in_proj_qkv(hidden_states), self.conv1d.weight, cu_seqlens, layout)
+        z = self.in_proj_z(hidden_states)
+        return query, key, value, z, self.in_proj_b(hidden_states), self.in_proj_a(hidden_states)
 
 
 def init_like_checkpoint(layer: _GatedDeltaNetBase, std: float = 0.02) -> None:

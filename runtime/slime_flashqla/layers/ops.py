@@ -43,7 +43,7 @@ def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=None) -
 
 
 def short_conv_silu_torch(proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout):
-    """(q, k, v, *z) of a projection laid out as `layout`: q/k/v gathered, conv'd and split; z's parts views."""
+    """(q, k, v[, z]) of a projection laid out as `layout`: q/k/v gathered, conv'd and split; z a view."""
     b, t, _ = proj.shape
     groups = proj.view(b, t, layout.groups, layout.group_width)
     qw, vw = layout.q_width, layout.v_width
@@ -53,12 +53,11 @@ def short_conv_silu_torch(proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, 
     q, k, v = torch.split(y, layout.section_widths, dim=-1)
     if not layout.z_width:
         return q, k, v
-    z = groups[..., layout.group_width - layout.z_width :]
-    return q, k, v, *torch.split(z, layout.z_widths, dim=-1)
+    return q, k, v, groups[..., layout.group_width - layout.z_width :]
 
 
 def short_conv_silu(proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout):
-    """(q, k, v, *z) of a GDN projection: the short conv read in place, this package's Triton kernels on CUDA."""
+    """(q, k, v[, z]) of a GDN projection: the short conv read in place, this package's Triton kernels on CUDA."""
     if use_triton_ops(proj):
         return triton_ops.short_conv_silu(proj, weight, cu_seqlens, layout)
     return short_conv_silu_torch(proj, weight, cu_seqlens, layout)

@@ -60,25 +60,13 @@ class ProjectionLayout:
 
     `groups` groups follow each other, each holding q (q_width columns), k (q_width), v
     (v_width) and then z (z_width) columns. The conv's channels are all groups' q, then all
-    k, then all v: the order of nn.Conv1d's weight in the checkpoints. `z_split` cuts z's
-    columns into consecutive pass-through outputs (Qwen3.5's one GEMM for qkv, z, b and a
-    passes z, b and a), each a view whose gradient the backward writes in place.
+    k, then all v: the order of nn.Conv1d's weight in the checkpoints.
     """
 
     groups: int
     q_width: int
     v_width: int
     z_width: int = 0
-    z_split: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.z_split and sum(self.z_split) != self.z_width:
-            raise ValueError(f"ProjectionLayout: z_split {self.z_split} must add up to z_width {self.z_width}")
-
-    @property
-    def z_widths(self) -> tuple[int, ...]:
-        """Widths of the pass-through outputs after q, k, v: z_split, else z whole (none without z)."""
-        return self.z_split or ((self.z_width,) if self.z_width else ())
 
     @classmethod
     def plain(cls, channels: int) -> ProjectionLayout:
@@ -230,23 +218,23 @@ def _backward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, grads
     return dx, dweight.view(weight.shape).to(weight.dtype)
 
 
-def _z_views(proj: torch.Tensor, layout: ProjectionLayout) -> tuple[torch.Tensor, ...]:
-    """The pass-through outputs: z's columns of every group, [B, T, groups, width] views of the projection."""
-    if not layout.z_width:
-        return ()
+def _z_view(proj: torch.Tensor, layout: ProjectionLayout) -> torch.Tensor:
+    """z's columns of every group, as a [B, T, groups, z_width] view of the projection."""
     b, t, _ = proj.shape
-    z = proj.view(b, t, layout.groups, layout.group_width)[..., layout.group_width - layout.z_width :]
-    return tuple(torch.split(z, layout.z_widths, dim=-1))
+    return proj.view(b, t, layout.groups, layout.group_width)[..., layout.group_width - layout.z_width :]
 
 
 class ShortConvSilu(torch.autograd.Function):
-    """silu(causal depthwise conv1d) of the q/k/v columns of a projection, with z passed through as views."""
+    """silu(causal depthwise conv1d) of the q/k/v columns of a projection, with z passed through as a view."""
 
     @staticmethod
     def forward(ctx, proj, weight, cu_seqlens, layout, width):
         ctx.save_for_backward(proj, weight, cu_seqlens)
         ctx.layout, ctx.width = layout, width
-        return (*_forward(proj, weight, cu_seqlens, layout, width), *_z_views(proj, layout))
+        outputs = _forward(proj, weight, cu_seqlens, layout, width)
+        if layout.z_width:
+            outputs = (*outputs, _z_view(proj, layout))
+        return outputs
 
     @staticmethod
     def backward(ctx, *grads):
@@ -258,9 +246,9 @@ class ShortConvSilu(torch.autograd.Function):
             for g, n in zip(grads[:sections], layout.section_widths, strict=True)
         )
         dproj, dweight = _backward(proj, weight, cu_seqlens, layout, ctx.width, conv_grads)
-        # Each pass-through gradient lands in its own columns of the one projection gradient,
-        # so autograd never adds zero-padded copies of the slices.
-        for dz, target in zip(grads[sections:], _z_views(dproj, layout), strict=True):
+        if layout.z_width:
+            dz = grads[sections]
+            target = _z_view(dproj, layout)
             if dz is None:
                 target.zero_()
             else:
@@ -274,7 +262,8 @@ def _apply(x, weight, cu_seqlens, layout, op):
         x = x.contiguous()
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         return ShortConvSilu.apply(x, weight, cu_seqlens, layout, width)
-    return (*_forward(x, weight, cu_seqlens, layout, width), *_z_views(x, layout))
+    outputs = _forward(x, weight, cu_seqlens, layout, width)
+    return (*outputs, _z_view(x, layout)) if layout.z_width else outputs
 
 
 @on_tensor_device
@@ -290,7 +279,7 @@ def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.
 def short_conv_silu(
     proj: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.Tensor | None, layout: ProjectionLayout
 ) -> tuple[torch.Tensor, ...]:
-    """(q, k, v, *z) of a GDN layer's projection [B, T, layout.width]: q/k/v conv'd and dense, z's parts views."""
+    """(q, k, v[, z]) of a GDN layer's projection [B, T, layout.width]: q/k/v conv'd and dense, z a view."""
     if layout.q_width == 0:
         raise ValueError("short_conv_silu: the layout has no q/k columns (use causal_conv1d_silu)")
     return _apply(proj, weight, cu_seqlens, layout, "short_conv_silu")

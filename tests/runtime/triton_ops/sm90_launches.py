@@ -51,9 +51,9 @@ def main() -> None:
     _host.interpreting = lambda: True  # let the host functions take CPU tensors; nothing launches
 
     # Qwen3-Next's fused projection at 16/32 heads of 128 (q, k, v, z per key head) and
-    # Qwen3.5's one GEMM [q | k | v | z | b | a]: the layers' two layouts besides a plain tensor.
+    # Qwen3.5's [q | k | v] projection: the layers' two layouts besides a plain tensor.
     next_layout = causal_conv1d.ProjectionLayout(16, 128, 256, 256)
-    flat_layout = causal_conv1d.ProjectionLayout(1, 2048, 4096, 4096 + 64, (4096, 32, 32))
+    flat_layout = causal_conv1d.ProjectionLayout(1, 2048, 4096)
     for tokens in TOKEN_COUNTS:
         mixed = torch.randn(1, tokens, 3 * 2048, dtype=torch.bfloat16)
         cu = torch.tensor([0, tokens], dtype=torch.int32)
