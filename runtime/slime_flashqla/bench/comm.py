@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from slime_flashqla.bench.options import output_paths, write_output
+from slime_flashqla.errors import UserError
 
 VARIANTS = ("unwrapped", "always", "whitelist", "first-use", "off")
 # The default policy with the ProcessGroup methods wrapped too (`install(methods=True)`): a
@@ -438,27 +439,20 @@ def run(args: argparse.Namespace) -> int:
     if args.backend is None:
         args.backend = "nccl" if torch.cuda.is_available() else "gloo"
     if args.backend == "nccl" and not torch.cuda.is_available():
-        print("bench comm: --backend nccl needs CUDA GPUs; use --backend gloo on this machine", file=sys.stderr)
-        return 2
+        raise UserError("--backend nccl needs CUDA GPUs; use --backend gloo on this machine")
     counts = [1 if n is None else n for n in (args.rounds, args.iters_small, args.iters_large)]
     if min(counts) < 1 or args.warmup < 0:
-        print("bench comm: --rounds and --iters-* must be >= 1, --warmup >= 0", file=sys.stderr)
-        return 2
-    try:  # where the results go is checked before any rank starts, as every benchmark checks it
-        for option, path in output_paths(args, ValueError, ("json", "markdown")).items():
-            setattr(args, option, str(path))
-    except ValueError as refused:
-        print(f"bench comm: {refused}", file=sys.stderr)
-        return 2
+        raise UserError("--rounds and --iters-* must be >= 1, --warmup >= 0")
+    # Where the results go is checked before any rank starts, as every benchmark checks it.
+    for option, path in output_paths(args, UserError, ("json", "markdown")).items():
+        setattr(args, option, str(path))
     if "WORLD_SIZE" in os.environ:  # torchrun (or another launcher) started us
         _run_initialized(args)
         return 0
     if args.nproc < 2:
-        print("bench comm: --nproc must be >= 2 (a collective needs peers)", file=sys.stderr)
-        return 2
+        raise UserError("--nproc must be >= 2 (a collective needs peers)")
     if args.backend == "nccl" and torch.cuda.device_count() < args.nproc:
-        print(f"bench comm: --nproc {args.nproc} > {torch.cuda.device_count()} visible GPUs", file=sys.stderr)
-        return 2
+        raise UserError(f"--nproc {args.nproc} > {torch.cuda.device_count()} visible GPUs")
     with socket.socket() as s:  # a free port for the rendezvous; the tiny race is acceptable here
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -472,10 +466,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m slime_flashqla.bench.comm`: parse arguments and run."""
-    parser = argparse.ArgumentParser(prog="python -m slime_flashqla.bench.comm", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """`python -m slime_flashqla.bench.comm` (torchrun's ranks): `slime-flashqla bench comm`, errors one line."""
+    from slime_flashqla.cli import main as cli_main
+
+    return cli_main(["bench", "comm", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ from slime_flashqla.bench.variants import (
     variant_note,
     variant_problem,
 )
+from slime_flashqla.errors import UserError
 
 LEVELS = ("kernel", "layer")
 MODES = ("fwd", "fwd+bwd")
@@ -61,7 +62,7 @@ TIMINGS = ("device", "queued")
 MAX_CALLS = 100_000  # timed or warm-up calls per row: more is a run of days, not a benchmark
 
 
-class BenchInputError(ValueError):
+class BenchInputError(UserError, ValueError):
     """Bad command-line input, reported before any kernel runs."""
 
 
@@ -624,24 +625,17 @@ def _write_json(path: Path, rows: list[Row], plan: Plan, env: dict, *, complete:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run `bench gdn`; 0 when every row ran, 1 when a row or the PNG failed, 2 for bad input or unusable variants."""
-    try:
-        plan = build_plan(args)
-        outputs = output_paths(args, BenchInputError, ("json", "markdown", "plot"))
-    except BenchInputError as error:
-        print(f"bench gdn: {error}", file=sys.stderr)
-        return 2
+    """Run `bench gdn`; 0 when every row ran, 1 when a row or the PNG failed; BenchInputError for bad input."""
+    plan = build_plan(args)
+    outputs = output_paths(args, BenchInputError, ("json", "markdown", "plot"))
     problems = find_problems(plan)
     if len(problems) == len(plan.variants) * len(plan.modes):
-        print(f"bench gdn: no variant can run on this machine: {_unavailable(problems)}", file=sys.stderr)
-        return 2
+        raise BenchInputError(f"no variant can run on this machine: {_unavailable(problems)}")
     if problems and not args.skip_unavailable:
-        print(
-            f"bench gdn: these variants cannot run on this machine: {_unavailable(problems)}; "
-            "pass --skip-unavailable to benchmark the others, or choose --variants",
-            file=sys.stderr,
+        raise BenchInputError(
+            f"these variants cannot run on this machine: {_unavailable(problems)}; "
+            "pass --skip-unavailable to benchmark the others, or choose --variants"
         )
-        return 2
     _print_plan(plan, problems)
     if plan.device.type == "cuda" and plan.iters < 20:
         print(f"bench gdn: note: --iters {plan.iters} < 20 timed calls per row; the medians will be noisy")
@@ -703,5 +697,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 run = main  # the name `slime-flashqla bench` calls
 
-if __name__ == "__main__":
-    sys.exit(main(build_parser().parse_args()))
+if __name__ == "__main__":  # through the CLI, so that bad input is one line there too
+    from slime_flashqla.cli import main as cli_main
+
+    sys.exit(cli_main(["bench", "gdn", *sys.argv[1:]]))

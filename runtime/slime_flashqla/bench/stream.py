@@ -37,6 +37,7 @@ from slime_flashqla.bench.report import environment, print_table, rich_console
 from slime_flashqla.bench.stream_progress import ProgressFile, StreamProgress
 from slime_flashqla.bench.stream_worker import StreamJob
 from slime_flashqla.bench.variants import LAYER_MODELS, VARIANTS, Variant, variant_problem
+from slime_flashqla.errors import UserError
 from slime_flashqla.gdn.names import BACKENDS
 
 LEVELS = ("layer", "kernel")
@@ -55,7 +56,7 @@ MAX_STEPS = 10_000
 POLL_SECONDS = 0.25  # how often the parent reads a worker's progress
 
 
-class StreamInputError(ValueError):
+class StreamInputError(UserError, ValueError):
     """Bad command-line input, reported before any process starts."""
 
 
@@ -466,22 +467,13 @@ def _refusal(problems: dict[str, str]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run `bench stream`; 0 when every variant ran, 1 when one (or the PNG) failed, 2 for bad input."""
-    try:
-        plan = build_plan(args)
-    except StreamInputError as error:
-        print(f"bench stream: {error}", file=sys.stderr)
-        return 2
+    """Run `bench stream`; 0 when every variant ran, 1 when one (or the PNG) failed; StreamInputError for bad input."""
+    plan = build_plan(args)
     problems = _problems(plan)
     if problems and len(problems) == len(plan.variants):
-        print(f"bench stream: no variant can run: {_refusal(problems)}", file=sys.stderr)
-        return 2
+        raise StreamInputError(f"no variant can run: {_refusal(problems)}")
     if problems and not args.skip_unavailable:
-        print(
-            f"bench stream: {_refusal(problems)}; pass --skip-unavailable to run the others, or choose --variants",
-            file=sys.stderr,
-        )
-        return 2
+        raise StreamInputError(f"{_refusal(problems)}; pass --skip-unavailable to run the others, or choose --variants")
     plan.skipped = problems
     plan.variants = [variant for variant in plan.variants if variant.name not in problems]
     packs = plan.packs.packs(plan.steps)
@@ -542,5 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 run = main  # the name `slime-flashqla bench` calls
 
-if __name__ == "__main__":
-    sys.exit(main(build_parser().parse_args()))
+if __name__ == "__main__":  # through the CLI, so that bad input is one line there too
+    from slime_flashqla.cli import main as cli_main
+
+    sys.exit(cli_main(["bench", "stream", *sys.argv[1:]]))

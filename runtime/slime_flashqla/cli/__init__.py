@@ -1,7 +1,8 @@
 """The `slime-flashqla` command line: one module per subcommand.
 
-Errors: a subcommand raises `slime_flashqla.cli.errors.UserError` (or lets the runtime's
-FlashQLAUnavailableError, ImportError, ValueError or OSError through); `main` prints one line,
+Errors: a subcommand, and the benchmarks under `bench`, raise `slime_flashqla.errors.UserError`
+(or let the runtime's FlashQLAUnavailableError, ImportError, ValueError or OSError through)
+instead of printing their own; `main` prints one line,
 `slime-flashqla COMMAND: message`, and exits 2.  Anything else is one line too, exit 1.
 `--debug` (before or after the subcommand) shows the traceback instead.  Ctrl-C exits 130 and
 SIGTERM 143, each after the same cleanup (cli/termination.py); a reader that closes stdout

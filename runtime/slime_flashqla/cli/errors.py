@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
-class UserError(Exception):
-    """A problem the user can fix (bad input, a backend this machine cannot run): one line, exit 2."""
+from slime_flashqla.errors import UserError
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:

@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+from slime_flashqla import cli
 from slime_flashqla.bench import gdn, gdn_report, report, variants
 from slime_flashqla.bench.gdn_shapes import HeadConfig, ShapeError, parse_heads, parse_shape, parse_shapes
 from slime_flashqla.bench.timing import samples, summarize, warm
@@ -22,6 +23,11 @@ TINY_TIMING = ("--iters", "2", "--warmup", "0", "--plain")
 
 def parse(*argv):
     return gdn.build_parser().parse_args(list(argv))
+
+
+def bench(*argv) -> int:
+    """`slime-flashqla bench gdn ARGV` as the CLI runs it: its exit status, bad input one line on stderr."""
+    return cli.main(["bench", "gdn", *argv])
 
 
 # ---------------------------------------------------------------- notation
@@ -124,18 +130,18 @@ def test_defaults_and_opt_in_sets():
 )
 def test_bad_input_exits_2_before_running(argv, message, capsys, monkeypatch):
     monkeypatch.setattr(gdn, "run_plan", lambda *a: pytest.fail("ran despite bad input"))
-    args = parse("--device", "cpu", *argv) if "--device" not in argv else parse(*argv)
+    argv = argv if "--device" in argv else ("--device", "cpu", *argv)
     if message is None:  # accepted: the plan builds (nothing runs)
-        gdn.build_plan(args)
+        gdn.build_plan(parse(*argv))
         return
-    assert gdn.main(args) == 2
+    assert bench(*argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_cuda_device_without_gpu_is_bad_input(capsys):
-    assert gdn.main(parse("--device", "cuda", "--variants", "torch")) == 2
+    assert bench("--device", "cuda", "--variants", "torch") == 2
     assert "no CUDA device" in capsys.readouterr().err
 
 
@@ -230,7 +236,7 @@ def test_a_plot_without_matplotlib_is_refused_before_the_run(tmp_path, capsys, m
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setattr(gdn, "run_plan", lambda *a: pytest.fail("ran although the PNG cannot be drawn"))
     png = tmp_path / "gdn.png"
-    assert gdn.main(parse(*TINY, *TINY_TIMING, "--variants", "torch", "--plot", str(png))) == 2
+    assert bench(*TINY, *TINY_TIMING, "--variants", "torch", "--plot", str(png)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "matplotlib is not installed" in err[0] and "`plot` extra" in err[0]
     assert not png.exists()
@@ -442,7 +448,7 @@ def test_rounds_interleave_the_variants_in_a_rotating_order_and_survive_a_failin
 
 def test_flashqla_on_the_cpu_exits_2_with_the_reason(capsys, monkeypatch):
     monkeypatch.setattr(gdn, "run_plan", lambda *a: pytest.fail("ran although flashqla is unavailable"))
-    assert gdn.main(parse(*TINY, "--variants", "flashqla-gva,torch")) == 2
+    assert bench(*TINY, "--variants", "flashqla-gva,torch") == 2
     err = capsys.readouterr().err
     assert "flashqla-gva (fwd)" in err and "flashqla-gva (fwd+bwd)" in err and "--skip-unavailable" in err
     assert "torch (" not in err
@@ -454,7 +460,7 @@ def test_flashqla_on_the_cpu_exits_2_with_the_reason(capsys, monkeypatch):
 
 
 def test_fla_on_the_cpu_is_unavailable_too(capsys):
-    assert gdn.main(parse(*TINY, "--variants", "fla-repeat")) == 2
+    assert bench(*TINY, "--variants", "fla-repeat") == 2
     err = capsys.readouterr().err
     assert "fla-repeat (fwd)" in err
     assert "flash-linear-attention" in err or "CUDA" in err
@@ -485,7 +491,7 @@ def test_skip_unavailable_lists_skipped_variants(tmp_path, capsys):
 
 
 def test_skip_unavailable_with_nothing_left_exits_2(capsys):
-    assert gdn.main(parse(*TINY, "--variants", "flashqla-gva", "--skip-unavailable")) == 2
+    assert bench(*TINY, "--variants", "flashqla-gva", "--skip-unavailable") == 2
     assert "no variant can run" in capsys.readouterr().err
 
 
@@ -558,9 +564,9 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_run(tmp_pat
     """A typo in an output path must not cost the run's results (issue 25 D5, D15)."""
     monkeypatch.setattr(gdn, "run_plan", lambda *a: pytest.fail("ran despite an unwritable output path"))
     (tmp_path / "a-directory").mkdir()
-    assert gdn.main(parse(*TINY, *TINY_TIMING, "--variants", "torch", option, str(tmp_path / name))) == 2
+    assert bench(*TINY, *TINY_TIMING, "--variants", "torch", option, str(tmp_path / name)) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and words in err[0] and err[0].startswith(f"bench gdn: {option} ")
+    assert len(err) == 1 and words in err[0] and err[0].startswith(f"slime-flashqla bench gdn: {option} ")
 
 
 def test_the_plot_format_follows_the_name(tmp_path, capsys):

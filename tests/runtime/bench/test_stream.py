@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from slime_flashqla import cli
 from slime_flashqla.bench import stream
 from slime_flashqla.bench.packs import PackDistribution
 from slime_flashqla.bench.stream_progress import ProgressFile
@@ -24,6 +25,11 @@ TINY = (
 
 def parse(*argv):
     return stream.build_parser().parse_args(list(argv))
+
+
+def bench(*argv) -> int:
+    """`slime-flashqla bench stream ARGV` as the CLI runs it: its exit status, bad input one line on stderr."""
+    return cli.main(["bench", "stream", *argv])
 
 
 def test_a_stream_runs_every_pack_in_a_fresh_process_and_reports_it(tmp_path, capsys):
@@ -135,15 +141,15 @@ def test_bad_input_is_one_line_and_exit_2_before_any_worker_starts(argv, words, 
         with pytest.raises(SystemExit):
             parse(*SIZES, *argv)
         return
-    assert stream.main(parse(*SIZES, *argv)) == 2
+    assert bench(*SIZES, *argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and words in err[0] and err[0].startswith("bench stream: ")
+    assert len(err) == 1 and words in err[0] and err[0].startswith("slime-flashqla bench stream: ")
 
 
 def test_asking_for_cuda_without_a_gpu_is_one_line(capsys):
     if __import__("torch").cuda.is_available():
         pytest.skip("this machine has a CUDA device")
-    assert stream.main(parse(*SIZES, "--device", "cuda", "--backend", "auto")) == 2
+    assert bench(*SIZES, "--device", "cuda", "--backend", "auto") == 2
     assert "no CUDA device here" in capsys.readouterr().err
 
 
@@ -164,7 +170,7 @@ def test_the_median_follows_a_smaller_max_tokens_when_not_given():
 
 def test_a_median_the_user_gave_is_kept_and_checked(capsys):
     argv = ("--device", "cpu", "--backend", "torch", "--max-tokens", "256", "--median-len", "1024")
-    assert stream.main(parse(*argv)) == 2
+    assert bench(*argv) == 2
     assert "the median sequence (1024) must lie between --min-len 32 and --max-tokens 256" in capsys.readouterr().err
 
 
@@ -181,7 +187,7 @@ def test_model_head_counts_are_checked_before_any_worker_starts(tmp_path, config
     monkeypatch.setattr(stream, "run_worker", lambda *a: pytest.fail("a worker started despite bad heads"))
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
-    assert stream.main(parse(*SIZES, *CPU_TORCH, "--model", str(path))) == 2
+    assert bench(*SIZES, *CPU_TORCH, "--model", str(path)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0] and str(path) in err[0]
 
@@ -212,14 +218,14 @@ def test_skip_unavailable_runs_the_others_and_lists_the_skipped(tmp_path, capsys
 
 def test_plain_bench_stream_on_a_cpu_names_the_way_out_in_one_line(capsys, monkeypatch):
     monkeypatch.setattr(stream, "run_worker", lambda *a: pytest.fail("a worker started"))
-    assert stream.main(parse("--device", "cpu")) == 2  # the default variants: auto runs, two cannot
+    assert bench("--device", "cpu") == 2  # the default variants: auto runs, two cannot
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "slime-layer-flashqla, slime-layer-fla cannot run here" in err[0]
     assert "--skip-unavailable" in err[0]
 
 
 def test_skip_unavailable_with_nothing_left_is_refused(capsys):
-    assert stream.main(parse(*SIZES, "--device", "cpu", "--variants", "fla-repeat", "--skip-unavailable")) == 2
+    assert bench(*SIZES, "--device", "cpu", "--variants", "fla-repeat", "--skip-unavailable") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no variant can run" in err[0]
 
@@ -227,7 +233,7 @@ def test_skip_unavailable_with_nothing_left_is_refused(capsys):
 def test_a_plot_without_matplotlib_is_refused_before_any_worker_starts(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
     monkeypatch.setattr(stream, "run_worker", lambda *a: pytest.fail("a worker started"))
-    assert stream.main(parse(*TINY, "--plot", str(tmp_path / "s.png"))) == 2
+    assert bench(*TINY, "--plot", str(tmp_path / "s.png")) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "matplotlib is not installed" in err[0]
 
@@ -283,6 +289,6 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_worker(tmp_
                                                                           monkeypatch):  # fmt: skip
     monkeypatch.setattr(stream, "run_worker", lambda *a: pytest.fail("a worker started"))
     (tmp_path / "d").mkdir()
-    assert stream.main(parse(*TINY, option, str(tmp_path / name))) == 2
+    assert bench(*TINY, option, str(tmp_path / name)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]

@@ -121,4 +121,4 @@ def test_an_unusable_output_path_is_refused_before_any_rank_starts(tmp_path, cap
     for option in ("--json", "--markdown"):
         assert comm.main([*argv, option, str(target)]) == 2
         err = capfd.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(f"bench comm: {option}"), err
+        assert len(err) == 1 and err[0].startswith(f"slime-flashqla bench comm: {option}"), err
