@@ -9,6 +9,8 @@
 #            peak memory, and a kernel profile of each at 8192+24576
 #   parity   the GPU tests of both layers against the float32 layer, and of the Triton ops
 #   stream   `bench stream` of the auto layer after the warm-up, 16/32 and 2/8, with its stall table
+#   firststep  the first step with the kernel preload off and on, alternating on one machine (ROUNDS
+#            of each, 16/32 and 2/8): whether the preload's thread slows the step it runs beside
 #   bash tests/gpu/layer_targets.sh stage ...      (SLIME_SOURCE names slime's checkout)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -48,6 +50,12 @@ for s in "$@"; do
       $PY -m slime_flashqla bench stream --backend auto --heads 16/32,2/8 --steps "$STEPS" --plain \
         --json "$OUT_DIR/stream_auto.json" || status=1
       $PY tests/gpu/preload_stream.py report "$OUT_DIR/stream_auto.json" || status=1
+      ;;
+    firststep)
+      modes=$(for _ in $(seq "${ROUNDS:-2}"); do printf 'off,on,'; done)
+      stage "first step, preload ${modes%,}"
+      $PY tests/gpu/preload_stream.py timeline --heads 16/32,2/8 --modes "${modes%,}" --steps 3 \
+        --json "$OUT_DIR/first_step.json" || status=1
       ;;
     *)
       echo "unknown stage $s" >&2
