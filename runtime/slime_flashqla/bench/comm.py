@@ -366,9 +366,9 @@ def format_table(report: dict) -> str:
 
 def print_report(report: dict, plain: bool) -> None:
     """Print the tables as the other benchmarks do: rich tables, or aligned plain text."""
-    from slime_flashqla.bench.report import print_table, rich_console
+    from slime_flashqla.terminal import print_table, table_console
 
-    console = rich_console(plain)
+    console = table_console(plain)
     for mode in MODES:
         print_table(console, f"{mode} ({report['meta']['backend']}, {report['meta']['world_size']} ranks)",
                     *table_cells(report, mode))  # fmt: skip

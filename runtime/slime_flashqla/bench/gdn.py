@@ -37,7 +37,7 @@ from slime_flashqla.bench.gdn_shapes import (
     parse_shapes,
 )
 from slime_flashqla.bench.options import check_bounds, check_seed, output_paths, parse_device, write_output
-from slime_flashqla.bench.report import environment, print_table, rich_console
+from slime_flashqla.bench.report import environment
 from slime_flashqla.bench.variants import (
     DEFAULT_VARIANTS,
     LAYER_MODELS,
@@ -52,6 +52,7 @@ from slime_flashqla.bench.variants import (
     variant_problem,
 )
 from slime_flashqla.errors import UserError
+from slime_flashqla.terminal import print_table, table_console
 
 LEVELS = ("kernel", "layer")
 MODES = ("fwd", "fwd+bwd")
@@ -645,7 +646,7 @@ def main(args: argparse.Namespace) -> int:
 
     if plan.device.type == "cuda":
         torch.cuda.set_device(plan.device)
-    console = rich_console(args.plain)
+    console = table_console(args.plain)
     env = environment(plan.device, "slime_flashqla.bench.gdn")
     runnable = plan.num_rows - len(problems) * len(plan.levels) * len(plan.shapes) * len(plan.heads)
     done: list[Row] = []

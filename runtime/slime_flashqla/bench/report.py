@@ -1,4 +1,4 @@
-"""Rendering shared by the benchmarks: rich or plain tables, markdown tables, the command line, the machine."""
+"""Reporting shared by the benchmarks: markdown tables, rates and ratios, the command line, the machine."""
 
 from __future__ import annotations
 
@@ -21,37 +21,6 @@ def rate(value: float | None) -> str:
 def ratio(value: float | None) -> str:
     """A ratio as `1.23x`."""
     return "-" if value is None else f"{value:.2f}x"
-
-
-def rich_console(plain: bool):
-    """A rich console sized for logs, or None for plain text (asked for, or rich missing)."""
-    if plain:
-        return None
-    try:
-        from rich.console import Console
-    except ImportError:
-        return None
-    console = Console()
-    # Piped into a log (tee, nohup), rich assumes 80 columns and folds every cell: give the table room.
-    return console if console.is_terminal else Console(width=200)
-
-
-def print_table(console, title: str, headers, cells) -> None:
-    """A rich table, or aligned plain text without rich."""
-    if console is not None:
-        from rich.table import Table
-
-        table = Table(title=title)
-        for header in headers:
-            table.add_column(header, overflow="fold")
-        for line in cells:
-            table.add_row(*line)
-        console.print(table)
-        return
-    widths = [max(len(str(x)) for x in column) for column in zip(headers, *cells, strict=False)]
-    print(title)
-    for line in (list(headers), *cells):
-        print("  " + "  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=False)).rstrip())
 
 
 def markdown_table(headers, cells) -> list[str]:

@@ -33,12 +33,13 @@ from slime_flashqla.bench.packs import (
     PackError,
     derived_lengths,
 )
-from slime_flashqla.bench.report import environment, print_table, rich_console
+from slime_flashqla.bench.report import environment
 from slime_flashqla.bench.stream_progress import ProgressFile, StreamProgress
 from slime_flashqla.bench.stream_worker import StreamJob
 from slime_flashqla.bench.variants import LAYER_MODELS, VARIANTS, Variant, variant_problem
 from slime_flashqla.errors import UserError
 from slime_flashqla.gdn.names import BACKENDS
+from slime_flashqla.terminal import print_table, table_console
 
 LEVELS = ("layer", "kernel")
 # Ours and slime's two paths. A layer: slime's own layer class with --qwen-gdn-backend flashqla and
@@ -486,7 +487,7 @@ def main(args: argparse.Namespace) -> int:
     )
     for name, reason in problems.items():
         print(f"  skipped {name}: {reason}", flush=True)
-    console = rich_console(args.plain)
+    console = table_console(args.plain)
     env = environment(plan.device, "slime_flashqla.bench.stream")
     workdir = tempfile.TemporaryDirectory(prefix="slime-flashqla-stream-")
     with workdir as tmp, StreamProgress(console, plan.steps) as progress:

@@ -157,10 +157,10 @@ def run_info(args) -> int:
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))  # json escapes control characters itself
         return 0
-    from slime_flashqla.cli.render import print_table
+    from slime_flashqla.terminal import print_rows
 
     archived = Stack.from_dict(manifest["stack"])
     caches = [cache for cache in CACHE_NAMES if cache in manifest.get("caches", {})] or CACHE_NAMES
     mismatches = stack_mismatches(archived, current_stack(), caches)
-    print_table(f"kernel cache archive {args.path}", manifest_rows(manifest, mismatches, stack_notes(archived, caches)))
+    print_rows(f"kernel cache archive {args.path}", manifest_rows(manifest, mismatches, stack_notes(archived, caches)))
     return 0

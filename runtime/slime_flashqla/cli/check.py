@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from slime_flashqla.cli.render import print_table
 from slime_flashqla.gdn.names import AUTO, BACKENDS
+from slime_flashqla.terminal import print_rows
 
 
 def register(subparsers) -> None:
@@ -24,7 +24,7 @@ def run(args) -> int:
     from slime_flashqla.diagnostics.report import collect_report
 
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    print_table("slime-flashqla doctor", report_rows(collect_report()))
+    print_rows("slime-flashqla doctor", report_rows(collect_report()))
     result = run_check(args.backend)
     # On the CPU nothing compiles (no Triton, no TileLang): the first call is just the first call.
     first = "first call" if result.device == "cpu" else "first call, incl. compile or cache load"
@@ -39,5 +39,5 @@ def run(args) -> int:
     rows += [(f"parity vs torch: {key}", f"{err:.2e}") for key, err in result.parity.items()]
     rows += [("PROBLEM", problem) for problem in result.problems]
     rows.append(("result", "OK" if result.ok else "FAILED"))
-    print_table("slime-flashqla check", rows)
+    print_rows("slime-flashqla check", rows)
     return 0 if result.ok else 1

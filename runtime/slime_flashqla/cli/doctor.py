@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from slime_flashqla.cli.render import print_table
+from slime_flashqla.terminal import print_rows
 
 REQUIRABLE = ("flashqla", "fla")
 
@@ -85,7 +85,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({**report, "unmet_requirements": problems}, indent=2))
     else:
-        print_table("slime-flashqla doctor", report_rows(report))
+        print_rows("slime-flashqla doctor", report_rows(report))
         for problem in problems:
             print(f"REQUIREMENT NOT MET: {problem}")
     return 1 if problems else 0

@@ -135,11 +135,11 @@ def run(args) -> int:
     results = _run_with_progress(tasks, cache_dir, lengths, jobs, args)
     total = time.perf_counter() - start
     failed = [r for r in results if r["status"].startswith("failed")]
-    from slime_flashqla.cli.render import print_table
+    from slime_flashqla.terminal import print_rows
 
     rows = [(r["key"], f"{r['status']} in {r['seconds']:.1f} s (waited {r['waited_seconds']:.1f} s)") for r in results]
     rows.append(("total wall time", f"{total:.1f} s"))
-    print_table("slime-flashqla warmup", rows, headers=("configuration", "result"))
+    print_rows("slime-flashqla warmup", rows, headers=("configuration", "result"))
     if json_path is not None:
         text = json.dumps({"cache_dir": str(cache_dir), "wall_seconds": total, "results": results}, indent=2)
         publish_atomically(json_path, lambda temp: temp.write_text(text), what="--json")
