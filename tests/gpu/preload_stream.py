@@ -90,7 +90,6 @@ def child(job_path: str) -> int:
 def timeline(args) -> int:
     """Run the stream worker per heads and mode in fresh processes; print one line each."""
     from slime_flashqla.bench.stream import build_parser, build_plan
-    from slime_flashqla.bench.stream_worker import StreamJob
 
     argv = ["--steps", str(args.steps), "--heads", args.heads, "--backend", "auto" if args.device != "cpu" else "torch"]
     if args.device == "cpu":
@@ -111,20 +110,8 @@ def timeline(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for heads in plan.heads:
             for mode in args.modes.split(","):
-                job = StreamJob(
-                    variant=plan.variants[0].name,
-                    level="layer",
-                    heads=heads.label,
-                    steps=plan.steps,
-                    packs=asdict(plan.packs),
-                    device=str(plan.device),
-                    dtype=plan.dtype,
-                    head_dim=plan.head_dim,
-                    hidden_size=plan.hidden_size,
-                    seed=plan.seed,
-                    spawned=0.0,
-                    result=str(Path(tmp) / f"{mode}-{heads.key_heads}-{heads.value_heads}.json"),
-                )
+                result = Path(tmp) / f"{mode}-{heads.key_heads}-{heads.value_heads}.json"
+                job = plan.job(plan.variants[0], heads, result)
                 job.spawned = time.time()
                 job_path = Path(job.result).with_suffix(".job.json")
                 job_path.write_text(json.dumps(asdict(job)))

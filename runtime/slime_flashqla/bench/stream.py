@@ -83,6 +83,26 @@ class StreamPlan:
     skipped: dict[str, str] = field(default_factory=dict)  # variant -> why it cannot run here
     outputs: dict[str, Path] = field(default_factory=dict)  # --json/--plot -> the file it writes, checked
 
+    def job(self, variant: Variant, heads: HeadConfig, result) -> StreamJob:
+        """The worker's job for one variant and head configuration, its result written to `result`."""
+        return StreamJob(
+            variant=variant.name,
+            level=self.level,
+            heads=heads.label,
+            steps=self.steps,
+            packs=asdict(self.packs),
+            device=str(self.device),
+            dtype=self.dtype,
+            head_dim=self.head_dim,
+            hidden_size=self.hidden_size,
+            seed=self.seed,
+            spawned=0.0,
+            result=str(result),
+            env=dict(variant.env),
+            layer_model=self.layer_model,
+            slime_source=self.slime_source,
+        )
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the `bench stream` options to a parser."""
@@ -415,23 +435,7 @@ def run_plan(plan: StreamPlan, workdir: Path, progress: StreamProgress) -> tuple
         for variant in plan.variants:
             tag = f"{variant.name}-{heads.key_heads}-{heads.value_heads}"
             label = f"{heads.label} {variant.name}"
-            job = StreamJob(
-                variant=variant.name,
-                level=plan.level,
-                heads=heads.label,
-                steps=plan.steps,
-                packs=asdict(plan.packs),
-                device=str(plan.device),
-                dtype=plan.dtype,
-                head_dim=plan.head_dim,
-                hidden_size=plan.hidden_size,
-                seed=plan.seed,
-                spawned=0.0,
-                result=str(workdir / f"{tag}.result.json"),
-                env=dict(variant.env),
-                layer_model=plan.layer_model,
-                slime_source=plan.slime_source,
-            )
+            job = plan.job(variant, heads, workdir / f"{tag}.result.json")
             log_path = workdir / f"{tag}.log"
             progress.start(label)
             on_step = functools.partial(progress.step, label)
