@@ -8,11 +8,8 @@ import sys
 from packaging.version import InvalidVersion, Version
 
 from slime_flashqla.diagnostics.node import driver_cuda, gpus, nvidia_smi_driver
+from slime_flashqla.gdn.fla_kernels import hopper_backward_problem
 from slime_flashqla.gdn.packages import PIP_PACKAGES, installed_version, is_installed
-
-# FLA's GDN backward on Hopper is wrong with Triton >= 3.4.0 and < 3.7.1 unless FLA can
-# route chunk_bwd_dqkwg to TileLang (FLA issues #640, #983); torch 2.8 brings Triton 3.4.0.
-BAD_TRITON_LOW, BAD_TRITON_HIGH = Version("3.4.0"), Version("3.7.1")
 
 
 def _version(text: str | None) -> Version | None:
@@ -25,19 +22,13 @@ def _version(text: str | None) -> Version | None:
 def known_problems(report: dict) -> list[str]:
     """Warnings for known-bad combinations in a doctor report."""
     warnings = []
-    hopper = any(gpu["capability"] == "9.0" for gpu in report["gpus"])
-    triton = _version(report["packages"].get("triton"))
-    if (
-        hopper
-        and report["packages"].get("fla")
-        and not report["packages"].get("tilelang")
-        and triton is not None
-        and BAD_TRITON_LOW <= Version(triton.base_version) < BAD_TRITON_HIGH
-    ):
-        warnings.append(
-            f"FLA's GDN backward on Hopper with Triton {triton} (>= 3.4.0, < 3.7.1) and no TileLang gives wrong "
-            "gradients or fails (FLA issues #640, #983): pip install tilelang, or use Triton >= 3.7.1"
+    packages = report["packages"]
+    if any(gpu["capability"] == "9.0" for gpu in report["gpus"]):
+        # The rule the `fla` backend refuses training by, read from this report's versions.
+        problem = hopper_backward_problem(
+            packages.get("fla"), packages.get("triton"), (9, 0), tilelang=bool(packages.get("tilelang"))
         )
+        warnings += [problem] if problem else []
     supported, torch_cuda = _version(report["driver_cuda"]), _version(report["torch_cuda"])
     if supported and torch_cuda and supported.release[:2] < torch_cuda.release[:2]:
         warnings.append(

@@ -123,7 +123,8 @@ class FLABackend(GDNBackend):
             from slime_flashqla.gdn.packages import installed_version
 
             capability = torch.cuda.get_device_capability(device)
-            return hopper_backward_problem(installed_version("fla"), installed_version("triton"), capability)
+            fla, triton = installed_version("fla"), installed_version("triton")
+            return hopper_backward_problem(fla, triton, capability, tilelang=is_installed("tilelang"))
         return None
 
     def kernel(self):

@@ -65,13 +65,22 @@ def fla_forwards_to_flashqla() -> bool:
         return False
 
 
-def hopper_backward_problem(fla_version: str | None, triton_version: str | None, capability) -> str | None:
-    """Why FLA cannot run the GDN backward here, from versions and the device's capability, or None.
+# Triton's miscompile of FLA's gated `chunk_bwd_dqkwg` on Hopper (FLA #640, #983): FLA raises
+# in its Triton kernel for these versions and routes the kernel to TileLang where installed.
+HOPPER_BAD_TRITON = (Version("3.4.0"), Version("3.7.1"))
 
-    FLA 0.5.x refuses its Triton `chunk_bwd_dqkwg` on Hopper with Triton >= 3.4 (wrong results,
-    FLA #640) and sends it to its TileLang backend, whose 0.5.x verifier takes no grouped value
-    heads: every Qwen GDN layer's backward then ends in FLA's RuntimeError after the forward ran
-    (seen on an H200 with FLA 0.5.0, Triton 3.6, TileLang 0.1.15). FLA 0.6 runs it.
+
+def hopper_backward_problem(
+    fla_version: str | None, triton_version: str | None, capability, *, tilelang: bool
+) -> str | None:
+    """Why FLA cannot run the GDN backward here, from versions, TileLang's presence and the capability, or None.
+
+    One home for FLA #640 (validation refuses training with it, `doctor` warns with it). The
+    backward fails after the forward ran, in FLA's RuntimeError:
+    - FLA 0.5.x with Triton >= 3.4: its TileLang verifier takes no grouped value heads, so every
+      Qwen GDN layer fails with or without TileLang (seen on an H200: FLA 0.5.0, Triton 3.6,
+      TileLang 0.1.15);
+    - FLA 0.6 with Triton in [3.4.0, 3.7.1) and no TileLang (FLA 0.6.0's `chunk_bwd_dqkwg`).
     """
     if not (fla_version and triton_version) or capability is None or capability[0] != 9:
         return None
@@ -84,5 +93,12 @@ def hopper_backward_problem(fla_version: str | None, triton_version: str | None,
             f"flash-linear-attention {fla_version} cannot run the GDN backward on Hopper with Triton "
             f"{triton_version} (its Triton kernel refuses, FLA #640, and its TileLang one takes no grouped "
             "value heads): pip install 'flash-linear-attention>=0.6'"
+        )
+    low, high = HOPPER_BAD_TRITON
+    if not tilelang and low <= Version(triton.base_version) < high:
+        return (
+            f"flash-linear-attention {fla_version} cannot run the GDN backward on Hopper with Triton "
+            f"{triton_version} (>= {low}, < {high}) and no TileLang: Triton miscompiles it and FLA refuses "
+            f"(FLA issues #640, #983): pip install tilelang, or use Triton >= {high}"
         )
     return None

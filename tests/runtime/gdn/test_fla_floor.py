@@ -55,6 +55,7 @@ def test_fla_backend_import_path_works_with_the_lowest_supported_fla():
     assert seen["public_unwraps_to_it"] is True
 
 
+@pytest.mark.parametrize("tilelang", [True, False])
 @pytest.mark.parametrize(
     ("fla", "triton", "capability", "refused"),
     [
@@ -63,14 +64,35 @@ def test_fla_backend_import_path_works_with_the_lowest_supported_fla():
         ("0.5.0", "3.3.1", (9, 0), False),  # before the Triton regression FLA guards against
         ("0.5.0", "3.6.0", (8, 0), False),  # not Hopper
         ("0.5.0", "3.6.0", (10, 0), False),
-        ("0.6.0", "3.6.0", (9, 0), False),  # the pinned FLA: its backward ran on the H200
         ("0.5.0", None, (9, 0), False),
     ],
 )
-def test_fla_05_training_on_hopper_is_refused_before_any_launch(fla, triton, capability, refused):
+def test_fla_05_training_on_hopper_is_refused_before_any_launch(fla, triton, capability, refused, tilelang):
+    """FLA 0.5.x's TileLang kernel takes no grouped value heads: refused whether or not TileLang is there."""
     from slime_flashqla.gdn.fla_kernels import hopper_backward_problem
 
-    problem = hopper_backward_problem(fla, triton, capability)
+    problem = hopper_backward_problem(fla, triton, capability, tilelang=tilelang)
     assert (problem is not None) == refused
     if refused:
         assert f"flash-linear-attention {fla}" in problem and "pip install 'flash-linear-attention>=0.6'" in problem
+
+
+@pytest.mark.parametrize(
+    ("triton", "capability", "tilelang", "refused"),
+    [
+        ("3.6.0", (9, 0), True, False),  # the H200 runs: FLA routed chunk_bwd_dqkwg to TileLang
+        ("3.6.0", (9, 0), False, True),  # FLA 0.6.0's chunk_bwd_dqkwg raises (#640)
+        ("3.4.0", (9, 0), False, True),  # torch 2.8's Triton
+        ("3.7.0+git1234", (9, 0), False, True),
+        ("3.7.1", (9, 0), False, False),  # fixed in Triton
+        ("3.3.1", (9, 0), False, False),  # before the regression
+        ("3.6.0", (10, 0), False, False),  # not Hopper
+    ],
+)
+def test_fla_06_training_on_hopper_without_tilelang_is_refused(triton, capability, tilelang, refused):
+    from slime_flashqla.gdn.fla_kernels import hopper_backward_problem
+
+    problem = hopper_backward_problem("0.6.0", triton, capability, tilelang=tilelang)
+    assert (problem is not None) == refused
+    if refused:
+        assert "#640" in problem and "pip install tilelang" in problem and f"Triton {triton}" in problem
