@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
+
+from slime_flashqla.workload.heads import HeadConfig, checked_heads
 
 # (linear_num_key_heads, linear_num_value_heads), K = V = 128, from the models' config.json files.
 MODEL_HEADS = {
@@ -13,17 +14,6 @@ MODEL_HEADS = {
 }
 # Hk/Hv per rank from TP1 to TP8 for the 16/64, 16/48 and 16/32 families.
 TP_HEAD_CONFIGS = ((16, 64), (16, 48), (16, 32), (8, 32), (8, 16), (4, 16), (4, 8), (2, 8), (2, 4))
-
-
-@dataclass(frozen=True, order=True)
-class HeadConfig:
-    """Key and value head counts of one GDN layer on one rank."""
-
-    key_heads: int
-    value_heads: int
-
-    def __str__(self) -> str:
-        return f"{self.key_heads}/{self.value_heads}"
 
 
 def gdn_layer_config(
@@ -40,22 +30,6 @@ def gdn_layer_config(
         "hidden_act": "silu",
         "rms_norm_eps": 1e-6,
     }
-
-
-def parse_heads(text: str) -> HeadConfig:
-    """Parse `Hk/Hv` (for example `16/32`)."""
-    try:
-        hk, hv = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise ValueError(f"head configuration {text!r} is not of the form Hk/Hv, e.g. 16/32") from None
-    return checked_heads(hk, hv, f"head configuration {text!r}")
-
-
-def checked_heads(key_heads: int, value_heads: int, what: str) -> HeadConfig:
-    """HeadConfig(key_heads, value_heads), or a ValueError naming `what` unless Hv is a positive multiple of Hk."""
-    if key_heads <= 0 or value_heads <= 0 or value_heads % key_heads:
-        raise ValueError(f"{what}: Hv must be a positive multiple of Hk, got {key_heads}/{value_heads}")
-    return HeadConfig(key_heads, value_heads)
 
 
 def split_for_tp(heads: HeadConfig, tp: int) -> HeadConfig:

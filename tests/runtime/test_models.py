@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from slime_flashqla.models import HeadConfig, model_heads, parse_heads
+from slime_flashqla.models import model_heads
+from slime_flashqla.workload.heads import HeadConfig, parse_head_config
 
 
 @pytest.mark.parametrize(
@@ -42,7 +43,7 @@ def test_a_config_that_is_not_json_is_refused(tmp_path):
 def test_good_configs_give_the_same_heads_as_parse_heads(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"text_config": {"linear_num_key_heads": 16, "linear_num_value_heads": 64}}))
-    assert model_heads(str(path)) == parse_heads("16/64") == HeadConfig(16, 64)
+    assert model_heads(str(path)) == parse_head_config("16/64") == HeadConfig(16, 64)
     assert model_heads("qwen3-next-80b-a3b") == HeadConfig(16, 32)
 
 

@@ -30,10 +30,8 @@ from slime_flashqla.bench.gdn_shapes import (
     DEFAULT_HEADS,
     DEFAULT_SHAPES,
     TP_HEADS,
-    HeadConfig,
     ShapeError,
     ShapeSpec,
-    parse_heads,
     parse_shapes,
 )
 from slime_flashqla.bench.options import check_bounds, check_seed, output_paths, parse_device, write_output
@@ -53,6 +51,7 @@ from slime_flashqla.bench.variants import (
 )
 from slime_flashqla.errors import UserError
 from slime_flashqla.terminal import print_table, table_console
+from slime_flashqla.workload.heads import HeadConfig, HeadConfigError, parse_heads
 
 LEVELS = ("kernel", "layer")
 MODES = ("fwd", "fwd+bwd")
@@ -249,7 +248,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
     try:
         shapes = parse_shapes(args.shapes or ",".join(ALL_SHAPES if args.all_shapes else DEFAULT_SHAPES))
         heads = parse_heads(args.heads or ",".join(TP_HEADS if args.tp_configs else DEFAULT_HEADS))
-    except ShapeError as error:
+    except (ShapeError, HeadConfigError) as error:
         raise BenchInputError(str(error)) from error
     names = list(VARIANTS) if args.variants.strip() == "all" else _choose(args.variants, tuple(VARIANTS), "variant")
     check_bounds(

@@ -1,4 +1,4 @@
-"""The shape and head-config notation of `bench gdn`: `1x32768`, `8192x4`, `28672+4096`, `16/32`.
+"""The shape notation of `bench gdn`: `1x32768`, `8192x4`, `28672+4096` (head configs: workload/heads.py).
 
 A shape is a list of sequence lengths packed into one batch with cu_seqlens.  It is
 written as terms joined by `+`; a term is `N` (one sequence of N tokens) or `AxB`
@@ -65,22 +65,6 @@ class ShapeSpec:
         return offsets
 
 
-@dataclass(frozen=True)
-class HeadConfig:
-    """Key heads and value heads of one GDN layer shard (Hk divides Hv)."""
-
-    key_heads: int
-    value_heads: int
-
-    @property
-    def label(self) -> str:
-        return f"{self.key_heads}/{self.value_heads}"
-
-    @property
-    def group(self) -> int:
-        return self.value_heads // self.key_heads
-
-
 def _term_lengths(term: str, text: str) -> list[int]:
     match = _TERM.match(term)
     if match is None:
@@ -123,27 +107,3 @@ def parse_shapes(text: str) -> list[ShapeSpec]:
     if not shapes:
         raise ShapeError(f"no shapes in {text!r}: give a comma list such as 1x32768,8192x4")
     return list(dict.fromkeys(shapes))
-
-
-def parse_head_config(text: str) -> HeadConfig:
-    """Parse `Hk/Hv` (key heads / value heads), checking Hk divides Hv."""
-    match = re.match(r"^(\d+)/(\d+)$", text.strip())
-    if match is None:
-        raise ShapeError(f"bad head config {text!r}: write key heads / value heads, e.g. 16/32")
-    key_heads, value_heads = int(match.group(1)), int(match.group(2))
-    if key_heads <= 0 or value_heads <= 0:
-        raise ShapeError(f"bad head config {text!r}: head counts must be positive")
-    if value_heads % key_heads:
-        raise ShapeError(
-            f"bad head config {text!r}: the value heads ({value_heads}) must be a multiple of the key heads "
-            f"({key_heads})"
-        )
-    return HeadConfig(key_heads, value_heads)
-
-
-def parse_heads(text: str) -> list[HeadConfig]:
-    """Parse a comma list of `Hk/Hv` head configs; duplicates are dropped, order kept."""
-    heads = [parse_head_config(item) for item in text.split(",") if item.strip()]
-    if not heads:
-        raise ShapeError(f"no head configs in {text!r}: give a comma list such as 16/32,8/16")
-    return list(dict.fromkeys(heads))

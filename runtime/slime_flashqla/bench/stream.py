@@ -21,7 +21,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from slime_flashqla.bench.gdn_shapes import HeadConfig, ShapeError, parse_heads
 from slime_flashqla.bench.options import check_bounds, check_seed, output_paths, parse_device, write_output
 from slime_flashqla.bench.packs import (
     DEFAULT_MEDIAN_LEN,
@@ -40,6 +39,7 @@ from slime_flashqla.bench.variants import LAYER_MODELS, VARIANTS, Variant, varia
 from slime_flashqla.errors import UserError
 from slime_flashqla.gdn.names import BACKENDS
 from slime_flashqla.terminal import print_table, table_console
+from slime_flashqla.workload.heads import HeadConfig, parse_heads
 
 LEVELS = ("layer", "kernel")
 # Ours and slime's two paths. A layer: slime's own layer class with --qwen-gdn-backend flashqla and
@@ -188,8 +188,8 @@ def _heads(args) -> list[HeadConfig]:
 
     try:
         heads = parse_heads(args.heads) if args.heads.strip() else []
-        heads += [HeadConfig(h.key_heads, h.value_heads) for h in model_rank_heads(args.model, args.tp)]
-    except (ShapeError, ValueError) as error:
+        heads += model_rank_heads(args.model, args.tp)
+    except ValueError as error:
         raise StreamInputError(str(error)) from None
     return list(dict.fromkeys(heads)) or [HeadConfig(16, 32)]
 

@@ -63,15 +63,15 @@ def run_job(job: StreamJob) -> dict:
     log = CompileLog().install()  # before any kernel package is imported
     import torch
 
-    from slime_flashqla.bench.gdn_shapes import parse_heads
     from slime_flashqla.bench.packs import PackDistribution
     from slime_flashqla.bench.stream_progress import append_step
     from slime_flashqla.bench.variants import VARIANTS, build_layer, kernel_call, kernel_fn, layer_call, random_inputs
+    from slime_flashqla.workload.heads import parse_head_config
 
     device = torch.device(job.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    heads = parse_heads(job.heads)[0]
+    heads = parse_head_config(job.heads)
     plan = _Plan(device, job.dtype, job.head_dim, job.hidden_size, job.seed, [heads], job.layer_model, job.slime_source)
     variant = VARIANTS[job.variant]
     packs = PackDistribution(**job.packs).packs(job.steps)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slime_flashqla.bench.gdn_shapes import HeadConfig
+from slime_flashqla.workload.heads import HeadConfig
 
 CONV_KERNEL = 4  # Qwen3-Next's linear_conv_kernel_dim
 

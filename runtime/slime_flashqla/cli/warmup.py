@@ -55,9 +55,10 @@ def register(subparsers) -> None:
 def build_tasks(args):
     """The warm-up tasks the arguments describe (validated before anything runs)."""
     from slime_flashqla.kernels.warmup import MAX_TOKENS, WARMUP_BACKENDS, WarmupTask, warmup_parts
-    from slime_flashqla.models import model_rank_heads, parse_heads
+    from slime_flashqla.models import model_rank_heads
+    from slime_flashqla.workload.heads import parse_heads
 
-    heads = [parse_heads(item) for item in args.heads.split(",") if item.strip()]
+    heads = parse_heads(args.heads) if args.heads.strip() else []
     heads += model_rank_heads(args.model, args.tp)
     if not heads:
         raise ValueError("nothing to warm: give --model and/or --heads")

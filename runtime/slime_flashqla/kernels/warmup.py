@@ -29,7 +29,7 @@ from pathlib import Path
 from slime_flashqla.gdn.names import KERNEL_BACKEND_NAMES
 from slime_flashqla.kernels.cache import CACHE_ENV, tilelang_cache_dir
 from slime_flashqla.kernels.preload import recording
-from slime_flashqla.models import HeadConfig
+from slime_flashqla.workload.heads import HeadConfig
 
 WARMUP_BACKENDS = KERNEL_BACKEND_NAMES  # every kernel backend; `auto` picks one of them
 # A short and a long packed batch, run through the layer first (what warm-up always ran).

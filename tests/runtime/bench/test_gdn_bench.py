@@ -12,7 +12,7 @@ import torch
 
 from slime_flashqla import cli
 from slime_flashqla.bench import gdn, gdn_report, report, variants
-from slime_flashqla.bench.gdn_shapes import HeadConfig, ShapeError, parse_heads, parse_shape, parse_shapes
+from slime_flashqla.bench.gdn_shapes import ShapeError, parse_shape, parse_shapes
 from slime_flashqla.bench.timing import samples, summarize, warm
 from slime_flashqla.gdn import flashqla_runtime_status
 
@@ -67,22 +67,6 @@ def test_shape_list_keeps_order_and_drops_duplicates():
     assert [s.label for s in shapes] == ["1x32768", "8192x4", "1000+3096"]
     with pytest.raises(ShapeError, match="no shapes"):
         parse_shapes(" , ")
-
-
-def test_head_configs():
-    heads = parse_heads("16/32,8/16, 2/4,16/32")
-    assert heads == [HeadConfig(16, 32), HeadConfig(8, 16), HeadConfig(2, 4)]
-    assert heads[0].label == "16/32" and heads[0].group == 2
-    assert parse_heads("16/64")[0].group == 4
-
-
-@pytest.mark.parametrize(
-    ("text", "match"),
-    [("16/30", "multiple"), ("0/4", "positive"), ("16", "Hk|key heads"), ("a/b", "key heads"), ("", "no head")],
-)
-def test_bad_head_configs(text, match):
-    with pytest.raises(ShapeError, match=match):
-        parse_heads(text)
 
 
 def test_defaults_and_opt_in_sets():

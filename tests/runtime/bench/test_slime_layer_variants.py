@@ -15,9 +15,9 @@ import torch
 
 from helpers import fla_stand_ins
 from slime_flashqla.bench import variants
-from slime_flashqla.bench.gdn_shapes import HeadConfig
 from slime_flashqla.gdn.reference import chunk_gated_delta_rule_torch
 from slime_flashqla.integrations.slime.source import GDN_MODULES, import_slime_module
+from slime_flashqla.workload.heads import HeadConfig
 
 SLIME_VARIANTS = [v for v in variants.VARIANTS.values() if v.slime_layer]
 

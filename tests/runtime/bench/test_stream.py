@@ -117,7 +117,7 @@ SIZES = TINY[4:]  # the tiny sizes without the device and backend
         (("--device", "cpu", "--variants", "torch,nope"), "unknown variant(s) nope"),
         ((*CPU_TORCH, "--variants", "torch"), "--backend or --variants"),
         (("--device", "cpu", "--backend", "cuda"), "unknown --backend 'cuda'"),
-        ((*CPU_TORCH, "--heads", "3/4"), "multiple of the key heads"),
+        ((*CPU_TORCH, "--heads", "3/4"), "multiple of Hk"),
         ((*CPU_TORCH, "--model", "qwen3-next-80b-a3b", "--tp", "3"), "TP=3 does not divide"),
         ((*CPU_TORCH, "--tp", "8"), "--tp 8 splits a --model's heads"),  # it was ignored
         ((*CPU_TORCH, "--max-tokens", "4", "--min-len", "8"), "below the shortest sequence"),

@@ -27,7 +27,7 @@ from slime_flashqla.kernels.preload import (
     start_kernel_preload,
 )
 from slime_flashqla.kernels.warmup import WarmupTask
-from slime_flashqla.models import HeadConfig
+from slime_flashqla.workload.heads import HeadConfig
 
 STACK = {"gpu_arch": "sm_90", "kernels": "1.0"}
 

@@ -14,7 +14,8 @@ import sys
 import pytest
 import torch
 
-from slime_flashqla.models import HeadConfig, model_heads, parse_heads, split_for_tp
+from slime_flashqla.models import model_heads, split_for_tp
+from slime_flashqla.workload.heads import HeadConfig, parse_head_config
 
 WARMUP_CPU = (sys.executable, "-m", "slime_flashqla", "warmup", "--device", "cpu", "--backends", "torch")
 
@@ -25,12 +26,12 @@ def warmup(tmp_path, *args, check=True):
 
 
 def test_heads_parsing_and_tp_split():
-    assert parse_heads("16/32") == HeadConfig(16, 32)
+    assert parse_head_config("16/32") == HeadConfig(16, 32)
     assert split_for_tp(model_heads("qwen3-next-80b-a3b"), 8) == HeadConfig(2, 4)
     assert split_for_tp(model_heads("qwen3.5-397b-a17b"), 2) == HeadConfig(8, 32)
     for bad in ("16", "16/30", "a/b", "0/4"):
         with pytest.raises(ValueError, match=r"Hk/Hv|multiple"):
-            parse_heads(bad)
+            parse_head_config(bad)
     with pytest.raises(ValueError, match="does not divide"):
         split_for_tp(HeadConfig(16, 48), 32)
     with pytest.raises(ValueError, match="unknown model"):
