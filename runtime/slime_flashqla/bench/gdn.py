@@ -30,9 +30,6 @@ from slime_flashqla.bench.gdn_shapes import (
     DEFAULT_HEADS,
     DEFAULT_SHAPES,
     TP_HEADS,
-    ShapeError,
-    ShapeSpec,
-    parse_shapes,
 )
 from slime_flashqla.bench.options import check_bounds, check_seed, output_paths, parse_device, write_output
 from slime_flashqla.bench.report import environment
@@ -52,6 +49,7 @@ from slime_flashqla.bench.variants import (
 from slime_flashqla.errors import UserError
 from slime_flashqla.terminal import print_table, table_console
 from slime_flashqla.workload.heads import HeadConfig, HeadConfigError, parse_heads
+from slime_flashqla.workload.lengths import ShapeError, ShapeSpec, parse_shapes
 
 LEVELS = ("kernel", "layer")
 MODES = ("fwd", "fwd+bwd")

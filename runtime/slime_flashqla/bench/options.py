@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-# The benchmarks pack sequences with int32 cu_seqlens, as slime does: no batch may hold more tokens.
-MAX_TOKENS = 2**31 - 1
 # torch.Generator.manual_seed takes an unsigned 64-bit seed (random.Random any integer).
 MAX_SEED = 2**64 - 1
 # The formats --plot writes, by the name's suffix (matplotlib would add `.png` to any other name).

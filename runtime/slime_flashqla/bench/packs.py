@@ -17,7 +17,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from slime_flashqla.bench.options import MAX_TOKENS
+from slime_flashqla.workload.lengths import MAX_TOKENS
 
 DISTRIBUTIONS = ("lognormal", "pareto")
 MISSES = 3  # rollouts in a row that do not fit before a pack is closed

@@ -300,13 +300,13 @@ def layer_call(layer, inputs: dict, backward: bool):
 
 def random_inputs(lengths, plan, heads: HeadConfig, level: str, generator=None) -> dict:
     """Fresh random inputs for one packed batch of `lengths` (seeded by `plan.seed` unless given a generator)."""
-    import itertools
-
     import torch
     import torch.nn.functional as F
 
+    from slime_flashqla.workload.lengths import packed_offsets
+
     device, dim = plan.device, plan.head_dim
-    offsets = list(itertools.accumulate(lengths, initial=0))
+    offsets = packed_offsets(lengths)
     tokens = offsets[-1]
     if generator is None:
         generator = torch.Generator(device=device).manual_seed(plan.seed)

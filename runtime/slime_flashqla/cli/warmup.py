@@ -24,8 +24,9 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--lengths",
         default="1000+3096,8192+24576",
-        help="packed batches run per configuration, '+'-joined sequence lengths (default 1000+3096,8192+24576: "
-        "a long one too, since FlashQLA compiles separate kernels for long sequences)",
+        help="packed batches run per configuration, in bench gdn's shape notation ('+'-joined lengths, AxB for B "
+        "sequences of A) (default 1000+3096,8192+24576: a long one too, since FlashQLA compiles separate kernels "
+        "for long sequences)",
     )
     parser.add_argument(
         "--max-tokens",
@@ -81,14 +82,14 @@ def build_tasks(args):
 
 
 def parse_lengths(text: str) -> tuple[tuple[int, ...], ...]:
-    """Parse `1000+3096,8192+24576` into packed batches of sequence lengths."""
-    try:
-        batches = tuple(tuple(int(n) for n in item.split("+")) for item in text.split(",") if item.strip())
-    except ValueError:
-        raise ValueError(f"--lengths {text!r}: expected e.g. 1000+3096,8192+24576") from None
-    if not batches or any(n <= 0 for batch in batches for n in batch):
-        raise ValueError(f"--lengths {text!r}: every sequence length must be a positive integer")
+    """Parse `1000+3096,8192+24576` (bench gdn's shape grammar: `8192x4` too) into packed batches of lengths."""
     from slime_flashqla.kernels.warmup import MAX_TOKENS
+    from slime_flashqla.workload.lengths import ShapeError, parse_shapes
+
+    try:
+        batches = tuple(shape.lengths for shape in parse_shapes(text))
+    except ShapeError as error:
+        raise ValueError(f"--lengths {text!r}: {error}") from None
 
     if any(sum(batch) > MAX_TOKENS for batch in batches):
         raise ValueError(f"--lengths {text!r}: a batch holds at most {MAX_TOKENS} tokens")

@@ -30,6 +30,7 @@ from slime_flashqla.gdn.names import KERNEL_BACKEND_NAMES
 from slime_flashqla.kernels.cache import CACHE_ENV, tilelang_cache_dir
 from slime_flashqla.kernels.preload import recording
 from slime_flashqla.workload.heads import HeadConfig
+from slime_flashqla.workload.lengths import packed_offsets
 
 WARMUP_BACKENDS = KERNEL_BACKEND_NAMES  # every kernel backend; `auto` picks one of them
 # A short and a long packed batch, run through the layer first (what warm-up always ran).
@@ -200,7 +201,7 @@ def _kernel_steps(task: WarmupTask, device: str) -> None:
     hk, hv, dim = task.heads.key_heads, task.heads.value_heads, 128
     for batch in coverage_packs(task.max_tokens):
         tokens, count = sum(batch), len(batch)
-        offsets = torch.tensor([0, *batch], device=device).cumsum(0).to(torch.int32)
+        offsets = torch.tensor(packed_offsets(batch), dtype=torch.int32, device=device)
 
         def leaf(*size, kind=dtype):
             return torch.randn(*size, device=device, dtype=kind).requires_grad_()

@@ -8,7 +8,6 @@ forward+backward 1.5x faster at 32k tokens than repeating q/k first.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import torch
@@ -21,6 +20,7 @@ from slime_flashqla.layers.config import GDNConfig
 from slime_flashqla.layers.ops import gdn_gates, rms_norm_gated, short_conv_silu
 from slime_flashqla.layers.tensor_parallel import ShardRule, TensorParallel
 from slime_flashqla.triton_ops.causal_conv1d import ProjectionLayout
+from slime_flashqla.workload.lengths import packed_offsets
 
 
 def resolve_backend(backend: str | None, args) -> str:
@@ -240,6 +240,6 @@ def init_like_checkpoint(layer: _GatedDeltaNetBase, std: float = 0.02) -> None:
 
 def packed_batch(lengths, hidden_size: int, *, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Random hidden states [1, T, hidden_size] (requiring grad) and int32 cu_seqlens for packed `lengths`."""
-    offsets = list(itertools.accumulate(lengths, initial=0))
+    offsets = packed_offsets(lengths)
     x = torch.randn(1, offsets[-1], hidden_size, device=device, dtype=dtype, requires_grad=True)
     return x, torch.tensor(offsets, dtype=torch.int32, device=device)

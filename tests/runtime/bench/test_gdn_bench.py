@@ -12,7 +12,6 @@ import torch
 
 from slime_flashqla import cli
 from slime_flashqla.bench import gdn, gdn_report, report, variants
-from slime_flashqla.bench.gdn_shapes import ShapeError, parse_shape, parse_shapes
 from slime_flashqla.bench.timing import samples, summarize, warm
 from slime_flashqla.gdn import flashqla_runtime_status
 
@@ -28,45 +27,6 @@ def parse(*argv):
 def bench(*argv) -> int:
     """`slime-flashqla bench gdn ARGV` as the CLI runs it: its exit status, bad input one line on stderr."""
     return cli.main(["bench", "gdn", *argv])
-
-
-# ---------------------------------------------------------------- notation
-
-
-@pytest.mark.parametrize(
-    ("text", "lengths"),
-    [
-        ("1x32768", (32768,)),  # FlashQLA's label for one sequence
-        ("1x8192", (8192,)),
-        ("8192x4", (8192,) * 4),
-        ("1024x8", (1024,) * 8),
-        ("28672+4096", (28672, 4096)),
-        ("1000+3096", (1000, 3096)),
-        ("64+64", (64, 64)),
-        ("300", (300,)),
-        ("1024x2+4096", (1024, 1024, 4096)),
-        (" 8192 + 24576 ", (8192, 24576)),
-    ],
-)
-def test_shape_notation(text, lengths):
-    shape = parse_shape(text)
-    assert shape.lengths == lengths
-    assert shape.tokens == sum(lengths)
-    assert shape.cu_seqlens()[-1] == sum(lengths) and shape.cu_seqlens()[0] == 0
-    assert len(shape.cu_seqlens()) == len(lengths) + 1
-
-
-@pytest.mark.parametrize("text", ["", "abc", "8192x0", "0", "1024x", "+", "12-3", "4096+", "x8", "1.5k", "16/32"])
-def test_bad_shapes_say_what_is_wrong(text):
-    with pytest.raises(ShapeError, match="shape"):
-        parse_shape(text)
-
-
-def test_shape_list_keeps_order_and_drops_duplicates():
-    shapes = parse_shapes("1x32768, 8192x4,1x32768,1000+3096")
-    assert [s.label for s in shapes] == ["1x32768", "8192x4", "1000+3096"]
-    with pytest.raises(ShapeError, match="no shapes"):
-        parse_shapes(" , ")
 
 
 def test_defaults_and_opt_in_sets():

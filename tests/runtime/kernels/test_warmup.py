@@ -204,3 +204,13 @@ def test_the_warmed_parts_are_listed_in_the_results(tmp_path):
     assert result["key"] == "torch-hk2-hv4-varlen-bfloat16-layer-t128"
     too_small = warmup(tmp_path, "--heads", "2/4", "--max-tokens", "8", check=False)
     assert "--max-tokens must be between 64 and 4194304 tokens, got 8" in refusal(too_small)
+
+
+def test_lengths_take_the_shared_shape_grammar_and_warmups_own_bound():
+    from slime_flashqla.cli.warmup import parse_lengths
+
+    assert parse_lengths("1000+3096,8192x2,1000+3096") == ((1000, 3096), (8192, 8192))
+    with pytest.raises(ValueError, match=r"--lengths '40\+-1': bad shape"):
+        parse_lengths("40+-1")
+    with pytest.raises(ValueError, match="a batch holds at most 4194304 tokens"):
+        parse_lengths("4000000+4000000")
