@@ -49,7 +49,7 @@ def model_rank_heads(models: list[str], tp: str | None) -> list[HeadConfig]:
 
 
 def model_heads(name_or_config: str) -> HeadConfig:
-    """Heads of a named model or of a Hugging Face config.json path, checked as `parse_heads` checks them."""
+    """Heads of a named model or of a Hugging Face config.json path, checked as workload.heads checks `Hk/Hv`."""
     if name_or_config in MODEL_HEADS:
         return HeadConfig(*MODEL_HEADS[name_or_config])
     path = Path(name_or_config)

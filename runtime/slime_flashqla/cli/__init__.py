@@ -78,8 +78,9 @@ def _add_debug_flag(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; errors become one line unless --debug."""
-    from slime_flashqla.cli.errors import one_line, user_error_types
+    from slime_flashqla.cli.errors import user_error_types
     from slime_flashqla.cli.termination import TERMINATED_EXIT, Terminated, sigterm_raises
+    from slime_flashqla.errors import one_line
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -6,7 +6,7 @@ import argparse
 import json
 import time
 
-from slime_flashqla.cli.errors import UserError
+from slime_flashqla.errors import UserError
 
 
 def register(subparsers) -> None:

@@ -31,7 +31,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slime_flashqla.cli.errors import one_line
+from slime_flashqla.errors import one_line
 from slime_flashqla.kernels.cache import tilelang_cache_dir
 
 PRELOAD_ENV = "SLIME_FLASHQLA_PRELOAD"

@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slime_flashqla.cli.errors import one_line
+from slime_flashqla.errors import one_line
 from slime_flashqla.kernels.compile_log import TILELANG_COMPILE
 
 PROGRAMS = "programs"  # under the record directory: <cache key>.json.gz

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import slime_flashqla.cli as cli_module
-from slime_flashqla.cli.errors import UserError
+from slime_flashqla.errors import UserError
 
 NO_GPU = not torch.cuda.is_available()
 
