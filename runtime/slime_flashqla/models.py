@@ -44,7 +44,12 @@ def model_rank_heads(models: list[str], tp: str | None) -> list[HeadConfig]:
     if tp is not None and not models:
         # --tp splits a model's heads: beside --heads alone it would do nothing the user can see.
         raise ValueError(f"--tp {tp} splits a --model's heads; give --model (--heads takes per-rank heads)")
-    sizes = [int(item) for item in (tp or "1").split(",") if item.strip()]
+    try:
+        sizes = [int(item) for item in (tp or "1").split(",") if item.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes:
+        raise ValueError(f"--tp {tp!r}: give a comma list of tensor-parallel sizes, e.g. 1,2,4")
     return [split_for_tp(model_heads(model), size) for model in models for size in sizes]
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from slime_flashqla.models import model_heads
+from slime_flashqla.models import model_heads, model_rank_heads
 from slime_flashqla.workload.heads import HeadConfig, parse_head_config
 
 
@@ -59,3 +59,10 @@ def test_warmup_refuses_bad_model_heads_before_any_process_starts(tmp_path):
     assert done.returncode == 2
     output = (done.stdout + done.stderr).strip().splitlines()
     assert len(output) == 1 and "positive multiple" in output[0]
+
+
+@pytest.mark.parametrize("tp", ["x", "2,two", ","])
+def test_a_tp_that_is_not_a_list_of_sizes_is_named(tp):
+    with pytest.raises(ValueError, match=r"--tp .*: give a comma list of tensor-parallel sizes"):
+        model_rank_heads(["qwen3-next-80b-a3b"], tp)
+    assert model_rank_heads(["qwen3-next-80b-a3b"], "1, 2") == [HeadConfig(16, 32), HeadConfig(8, 16)]
