@@ -69,18 +69,66 @@ def _section(i_d, q, k, v, sq_b, sq_t, sk_b, sk_t, sv_b, sv_t, NQ: tl.constexpr,
 
 
 @triton.jit
-def _conv(x_t0, w, o_l, o_t, m_t, bos, o_d, m_d, o_c, sx_t, sw_d, sw_w, W: tl.constexpr):
+def _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, LAG: tl.constexpr):
+    """x at tokens o_t - LAG, float32, loaded without waiting for the sequence search.
+
+    Only rows before the tensor are masked here; rows of an earlier sequence are loaded and
+    zeroed by `_own` once the search is done, so these loads are in flight while it runs.
+    """
+    p_x = x_t0 + (o_l - LAG)[:, None] * sx_t + o_c[None, :]
+    m_x = m_t & (o_t - LAG >= 0)
+    return tl.load(p_x, mask=m_x[:, None] & m_d[None, :], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _own(b_x, o_t, bos, LAG: tl.constexpr):
+    """b_x (tokens o_t - LAG) with the rows before each token's own sequence zeroed."""
+    return tl.where((o_t - LAG >= bos)[:, None], b_x, 0.0)
+
+
+@triton.jit
+def _ahead(d_t0, o_l, o_t, m_t, m_d, o_c, D, T, LEAD: tl.constexpr):
+    """dpre at tokens o_t + LEAD, float32, masked only at the tensor's end (see `_lagged`)."""
+    p = d_t0 + (o_l + LEAD)[:, None] * D + o_c[None, :]
+    return tl.load(p, mask=(m_t & (o_t + LEAD < T))[:, None] & m_d[None, :], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _tap(w, o_d, m_d, sw_d, sw_w, k):
+    return tl.load(w + o_d * sw_d + k * sw_w, mask=m_d, other=0.0).to(tl.float32)[None, :]
+
+
+@triton.jit
+def _conv(x_t0, w, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, o_d, m_d, o_c, sx_t, sw_d, sw_w,
+          W: tl.constexpr, VARLEN: tl.constexpr):  # fmt: skip
     """sum_k w[k] x[t - (W-1) + k] over the token's own sequence, in float32, for tokens o_t.
 
     x_t0 points at the tile's first token; rows are addressed by int32 offsets from it (o_l
-    local rows), which keeps per-element addresses out of the registers.
+    local rows), which keeps per-element addresses out of the registers. The taps are loaded
+    first and the sequence search runs while they are in flight.
     """
     acc = tl.zeros((o_t.shape[0], o_c.shape[0]), dtype=tl.float32)
-    for k in tl.static_range(W):
-        m_s = m_t & (o_t - (W - 1) + k >= bos)
-        b_w = tl.load(w + o_d * sw_d + k * sw_w, mask=m_d, other=0.0).to(tl.float32)
-        p_x = x_t0 + (o_l - (W - 1) + k)[:, None] * sx_t + o_c[None, :]
-        acc += tl.load(p_x, mask=m_s[:, None] & m_d[None, :], other=0.0).to(tl.float32) * b_w[None, :]
+    if W <= 4:
+        x0 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 0)
+        if W > 1:
+            x1 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 1)
+        if W > 2:
+            x2 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 2)
+        if W > 3:
+            x3 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 3)
+        bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
+        acc += x0 * _tap(w, o_d, m_d, sw_d, sw_w, W - 1)
+        if W > 1:
+            acc += _own(x1, o_t, bos, 1) * _tap(w, o_d, m_d, sw_d, sw_w, W - 2)
+        if W > 2:
+            acc += _own(x2, o_t, bos, 2) * _tap(w, o_d, m_d, sw_d, sw_w, W - 3)
+        if W > 3:
+            acc += _own(x3, o_t, bos, 3) * _tap(w, o_d, m_d, sw_d, sw_w, W - 4)
+    else:
+        bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
+        for k in tl.static_range(W):
+            b_x = _own(_lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, W - 1 - k), o_t, bos, W - 1 - k)
+            acc += b_x * _tap(w, o_d, m_d, sw_d, sw_w, k)
     return acc
 
 
@@ -131,8 +179,9 @@ def short_conv_fwd_kernel(
         t0 = (i_tb * TILES + i_tile) * BT
         o_t = t0 + o_l
         m_t = o_t < T
-        bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
-        acc = _conv(x_b + t0.to(tl.int64) * sx_t, w, o_l, o_t, m_t, bos, o_d, m_d, o_c, sx_t, sw_d, sw_w, W)
+        x_t0 = x_b + t0.to(tl.int64) * sx_t
+        acc = _conv(x_t0, w, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, o_d, m_d, o_c, sx_t, sw_d, sw_w,
+                    W, VARLEN)  # fmt: skip
         # F.conv1d's output tensor is in x's dtype: the SiLU reads the rounded value.
         b_pre = acc.to(yq.dtype.element_ty).to(tl.float32)
         b_y = b_pre * tl.sigmoid(b_pre)
@@ -193,7 +242,7 @@ def short_conv_bwd_dpre_kernel(
     dy_b = dy_d + i_b.to(tl.int64) * sdy_b
     dpre_b = dpre + i_b.to(tl.int64) * T * D + i_d * BD
     b_dw = tl.zeros((BD, BW), dtype=tl.float32)
-    # Per-tap elementwise sums for DEFER (taps beyond W stay zero and are never read).
+    # Per-lag elementwise sums for DEFER (lags beyond W - 1 stay zero and are never read).
     s0 = tl.zeros((BT, BD), dtype=tl.float32)
     s1 = tl.zeros((BT, BD), dtype=tl.float32)
     s2 = tl.zeros((BT, BD), dtype=tl.float32)
@@ -204,36 +253,56 @@ def short_conv_bwd_dpre_kernel(
         o_t = t0 + o_l
         m_t = o_t < T
         m = m_t[:, None] & m_d[None, :]
-        bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
         x_t0 = x_b + t0.to(tl.int64) * sx_t
-        acc = _conv(x_t0, w, o_l, o_t, m_t, bos, o_d, m_d, o_c, sx_t, sw_d, sw_w, W)
-        b_pre = acc.to(dq.dtype.element_ty).to(tl.float32)
         p_dy = dy_b + t0.to(tl.int64) * sdy_t + o_l[:, None] * sdy_t + o_c[None, :]
         b_dy = tl.load(p_dy, mask=m, other=0.0).to(tl.float32)
+        if DEFER:
+            # Each lag's x tile is loaded once, before the search, and serves the conv and dweight.
+            x0 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 0)
+            if W > 1:
+                x1 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 1)
+            if W > 2:
+                x2 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 2)
+            if W > 3:
+                x3 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 3)
+            bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
+            acc = x0 * _tap(w, o_d, m_d, sw_d, sw_w, W - 1)
+            if W > 1:
+                x1 = _own(x1, o_t, bos, 1)
+                acc += x1 * _tap(w, o_d, m_d, sw_d, sw_w, W - 2)
+            if W > 2:
+                x2 = _own(x2, o_t, bos, 2)
+                acc += x2 * _tap(w, o_d, m_d, sw_d, sw_w, W - 3)
+            if W > 3:
+                x3 = _own(x3, o_t, bos, 3)
+                acc += x3 * _tap(w, o_d, m_d, sw_d, sw_w, W - 4)
+        else:
+            acc = _conv(x_t0, w, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, o_d, m_d, o_c, sx_t, sw_d, sw_w,
+                        W, VARLEN)  # fmt: skip
+        b_pre = acc.to(dq.dtype.element_ty).to(tl.float32)
         b_sig = tl.sigmoid(b_pre)
         b_dpre = b_dy * b_sig * (1.0 + b_pre * (1.0 - b_sig))
         p_dpre = dpre_b + t0.to(tl.int64) * D + o_l[:, None] * D + o_c[None, :]
         tl.store(p_dpre, b_dpre.to(dpre.dtype.element_ty), mask=m)
-        for k in tl.static_range(W):
-            m_s = m_t & (o_t - (W - 1) + k >= bos)
-            p_x = x_t0 + (o_l - (W - 1) + k)[:, None] * sx_t + o_c[None, :]
-            b_x = tl.load(p_x, mask=m_s[:, None] & m_d[None, :], other=0.0).to(tl.float32)
-            if DEFER:
-                if k == 0:
-                    s0 += b_dpre * b_x
-                elif k == 1:
-                    s1 += b_dpre * b_x
-                elif k == 2:
-                    s2 += b_dpre * b_x
-                else:
-                    s3 += b_dpre * b_x
-            else:
+        if DEFER:
+            s0 += b_dpre * x0
+            if W > 1:
+                s1 += b_dpre * x1
+            if W > 2:
+                s2 += b_dpre * x2
+            if W > 3:
+                s3 += b_dpre * x3
+        else:
+            bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
+            for k in tl.static_range(W):
+                b_x = _own(_lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, W - 1 - k), o_t, bos, W - 1 - k)
                 b_dw += tl.where(o_w[None, :] == k, tl.sum(b_dpre * b_x, 0)[:, None], 0.0)
     if DEFER:
-        b_dw += tl.where(o_w[None, :] == 0, tl.sum(s0, 0)[:, None], 0.0)
-        b_dw += tl.where(o_w[None, :] == 1, tl.sum(s1, 0)[:, None], 0.0)
-        b_dw += tl.where(o_w[None, :] == 2, tl.sum(s2, 0)[:, None], 0.0)
-        b_dw += tl.where(o_w[None, :] == 3, tl.sum(s3, 0)[:, None], 0.0)
+        # dweight's tap k is lag W - 1 - k.
+        b_dw += tl.where(o_w[None, :] == W - 1, tl.sum(s0, 0)[:, None], 0.0)
+        b_dw += tl.where(o_w[None, :] == W - 2, tl.sum(s1, 0)[:, None], 0.0)
+        b_dw += tl.where(o_w[None, :] == W - 3, tl.sum(s2, 0)[:, None], 0.0)
+        b_dw += tl.where(o_w[None, :] == W - 4, tl.sum(s3, 0)[:, None], 0.0)
     i_p = (i_b * tl.num_programs(1) + i_tb).to(tl.int64)
     p_dw = dw_partial + (i_p * D + o_d)[:, None] * W + o_w[None, :]
     tl.store(p_dw, b_dw, mask=m_d[:, None] & (o_w < W)[None, :])
@@ -275,13 +344,26 @@ def short_conv_bwd_dx_kernel(
         t0 = (i_tb * TILES + i_tile) * BT
         o_t = t0 + o_l
         m_t = o_t < T
-        _, eos = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
         dpre_t0 = dpre_b + t0.to(tl.int64) * D
         acc = tl.zeros((BT, BD), dtype=tl.float32)
-        for j in tl.static_range(W):
-            m_u = m_t & (o_t + j < eos)
-            b_w = tl.load(w + o_d * sw_d + (W - 1 - j) * sw_w, mask=m_d, other=0.0).to(tl.float32)
-            p = dpre_t0 + (o_l + j)[:, None] * D + o_c[None, :]
-            acc += tl.load(p, mask=m_u[:, None] & m_d[None, :], other=0.0).to(tl.float32) * b_w[None, :]
+        # Loaded up to the tensor's end first; the search for each token's end runs meanwhile.
+        b_d0 = _ahead(dpre_t0, o_l, o_t, m_t, m_d, o_c, D, T, 0)
+        if W > 1:
+            b_d1 = _ahead(dpre_t0, o_l, o_t, m_t, m_d, o_c, D, T, 1)
+        if W > 2:
+            b_d2 = _ahead(dpre_t0, o_l, o_t, m_t, m_d, o_c, D, T, 2)
+        if W > 3:
+            b_d3 = _ahead(dpre_t0, o_l, o_t, m_t, m_d, o_c, D, T, 3)
+        _, eos = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
+        acc += b_d0 * _tap(w, o_d, m_d, sw_d, sw_w, W - 1)
+        if W > 1:
+            acc += tl.where((o_t + 1 < eos)[:, None], b_d1, 0.0) * _tap(w, o_d, m_d, sw_d, sw_w, W - 2)
+        if W > 2:
+            acc += tl.where((o_t + 2 < eos)[:, None], b_d2, 0.0) * _tap(w, o_d, m_d, sw_d, sw_w, W - 3)
+        if W > 3:
+            acc += tl.where((o_t + 3 < eos)[:, None], b_d3, 0.0) * _tap(w, o_d, m_d, sw_d, sw_w, W - 4)
+        for j in tl.static_range(4, W):
+            b_dj = _ahead(dpre_t0, o_l, o_t, m_t, m_d, o_c, D, T, j)
+            acc += tl.where((o_t + j < eos)[:, None], b_dj, 0.0) * _tap(w, o_d, m_d, sw_d, sw_w, W - 1 - j)
         p_dx = dx_b + t0.to(tl.int64) * sdx_t + o_l[:, None] * sdx_t + o_c[None, :]
         tl.store(p_dx, acc.to(dx.dtype.element_ty), mask=m_t[:, None] & m_d[None, :])
