@@ -17,7 +17,7 @@ from slime_flashqla.gdn import get_chunk_gated_delta_rule
 from slime_flashqla.gdn.names import BACKENDS, DEFAULT_BACKEND
 from slime_flashqla.kernels.preload import start_kernel_preload
 from slime_flashqla.layers.config import GDNConfig
-from slime_flashqla.layers.ops import gdn_gates, rms_norm_gated, short_conv_silu
+from slime_flashqla.layers.ops import gdn_gates, rms_norm_gated, shared_input_linears, short_conv_silu
 from slime_flashqla.layers.tensor_parallel import ShardRule, TensorParallel
 from slime_flashqla.triton_ops.causal_conv1d import ProjectionLayout
 from slime_flashqla.workload.lengths import packed_offsets
@@ -192,8 +192,9 @@ class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
         # The checkpoint lays q, k, v, z out per key head: [Hk, (K, K, group*V, group*V)], and
         # b, a as [Hk, (group, group)]; the conv and the gates read them there.
         layout = ProjectionLayout(self.num_k_heads, self.head_k_dim, group * self.head_v_dim, group * self.head_v_dim)
-        query, key, value, z = short_conv_silu(self.in_proj_qkvz(hidden_states), self.conv1d.weight, cu_seqlens, layout)
-        ba = self.in_proj_ba(hidden_states).view(batch, tokens, self.num_k_heads, 2 * group)
+        qkvz, ba = shared_input_linears(hidden_states, self.in_proj_qkvz.weight, self.in_proj_ba.weight)
+        query, key, value, z = short_conv_silu(qkvz, self.conv1d.weight, cu_seqlens, layout)
+        ba = ba.view(batch, tokens, self.num_k_heads, 2 * group)
         return query, key, value, z, ba[..., :group], ba[..., group:]
 
 
@@ -219,9 +220,12 @@ class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
 
     def _mix(self, hidden_states, cu_seqlens):
         layout = ProjectionLayout(1, self.key_dim, self.value_dim)
-        query, key, value = short_conv_silu(self.in_proj_qkv(hidden_states), self.conv1d.weight, cu_seqlens, layout)
-        z = self.in_proj_z(hidden_states)
-        return query, key, value, z, self.in_proj_b(hidden_states), self.in_proj_a(hidden_states)
+        # b and a (num_v_heads columns each) as one GEMM: two GEMMs that narrow are launch-bound.
+        ba_weight = torch.cat([self.in_proj_b.weight, self.in_proj_a.weight])
+        qkv, z, ba = shared_input_linears(hidden_states, self.in_proj_qkv.weight, self.in_proj_z.weight, ba_weight)
+        query, key, value = short_conv_silu(qkv, self.conv1d.weight, cu_seqlens, layout)
+        heads = self.in_proj_b.weight.shape[0]
+        return query, key, value, z, ba[..., :heads], ba[..., heads:]
 
 
 def init_like_checkpoint(layer: _GatedDeltaNetBase, std: float = 0.02) -> None:

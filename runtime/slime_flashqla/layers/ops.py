@@ -16,6 +16,40 @@ from slime_flashqla import triton_ops  # imports no triton: its kernels load on 
 from slime_flashqla.triton_ops.causal_conv1d import ProjectionLayout
 
 
+class _SharedInputLinears(torch.autograd.Function):
+    """x @ W_i^T for weights that read one input; the input's gradient is summed in the GEMMs themselves."""
+
+    @staticmethod
+    def forward(ctx, x, *weights):
+        ctx.save_for_backward(x, *weights)
+        return tuple(F.linear(x, w) for w in weights)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        x, *weights = ctx.saved_tensors
+        x2 = x.reshape(-1, x.shape[-1])
+        dx, dweights = None, []
+        for i, (grad, weight) in enumerate(zip(grads, weights, strict=True)):
+            if grad is None:
+                dweights.append(None)
+                continue
+            g2 = grad.reshape(-1, grad.shape[-1])
+            if ctx.needs_input_grad[0]:
+                # addmm_ adds in the GEMM's epilogue: autograd would launch one add kernel over
+                # the whole [tokens, hidden] gradient for each projection after the first.
+                dx = g2 @ weight if dx is None else dx.addmm_(g2, weight)
+            dweights.append(g2.t() @ x2 if ctx.needs_input_grad[i + 1] else None)
+        return (None if dx is None else dx.view(x.shape), *dweights)
+
+
+def shared_input_linears(x: torch.Tensor, *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """F.linear(x, w) for each weight (no bias), with x's gradient accumulated inside the backward GEMMs."""
+    if torch.is_autocast_enabled(x.device.type) or not torch.is_grad_enabled():
+        # Autocast's casts would have to be replayed in the backward; plain linears do that.
+        return tuple(F.linear(x, w) for w in weights)
+    return _SharedInputLinears.apply(x, *weights)
+
+
 def use_triton_ops(x: torch.Tensor) -> bool:
     """This package's fixed-launch Triton kernels serve CUDA tensors; PyTorch serves the rest."""
     return x.is_cuda
