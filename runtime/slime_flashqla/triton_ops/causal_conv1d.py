@@ -44,8 +44,8 @@ class LaunchConfig:
 # Fixed launches: no autotuning, so a process compiles each (dtype, layout, W) once.
 # Chosen by tests/gpu/conv_tune.py on an H200 (docs/benchmarks.md has the run).
 FORWARD = LaunchConfig(bt=32, bd=128, tiles=1, warps=4)
-BACKWARD_DPRE = LaunchConfig(bt=16, bd=32, tiles=16, warps=4)
-BACKWARD_DX = LaunchConfig(bt=16, bd=128, tiles=1, warps=4)
+BACKWARD_DPRE = LaunchConfig(bt=8, bd=128, tiles=32, warps=4)
+BACKWARD_DX = LaunchConfig(bt=32, bd=128, tiles=1, warps=2)
 # dpre passes between the backward's two kernels in x's dtype (float32 measured slower, same parity).
 DPRE_FLOAT32 = False
 # dweight's products summed over a program's tiles before one reduction over tokens; the kernel
