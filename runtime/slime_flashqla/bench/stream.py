@@ -22,7 +22,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slime_flashqla.bench.options import check_bounds, check_seed, output_paths, parse_device, write_output
-from slime_flashqla.bench.packs import (
+from slime_flashqla.bench.report import environment
+from slime_flashqla.bench.stream_progress import ProgressFile, StreamProgress
+from slime_flashqla.bench.stream_worker import StreamJob
+from slime_flashqla.bench.variants import LAYER_MODELS, VARIANTS, Variant, variant_problem
+from slime_flashqla.errors import UserError
+from slime_flashqla.gdn.names import BACKENDS
+from slime_flashqla.terminal import print_table, table_console
+from slime_flashqla.workload.heads import HeadConfig, parse_heads
+from slime_flashqla.workload.packs import (
     DEFAULT_MEDIAN_LEN,
     DEFAULT_MIN_LEN,
     DISTRIBUTIONS,
@@ -32,14 +40,6 @@ from slime_flashqla.bench.packs import (
     PackError,
     derived_lengths,
 )
-from slime_flashqla.bench.report import environment
-from slime_flashqla.bench.stream_progress import ProgressFile, StreamProgress
-from slime_flashqla.bench.stream_worker import StreamJob
-from slime_flashqla.bench.variants import LAYER_MODELS, VARIANTS, Variant, variant_problem
-from slime_flashqla.errors import UserError
-from slime_flashqla.gdn.names import BACKENDS
-from slime_flashqla.terminal import print_table, table_console
-from slime_flashqla.workload.heads import HeadConfig, parse_heads
 
 LEVELS = ("layer", "kernel")
 # Ours and slime's two paths. A layer: slime's own layer class with --qwen-gdn-backend flashqla and
@@ -184,7 +184,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def _heads(args) -> list[HeadConfig]:
-    from slime_flashqla.models import model_rank_heads
+    from slime_flashqla.workload.models import model_rank_heads
 
     try:
         heads = parse_heads(args.heads) if args.heads.strip() else []

@@ -63,10 +63,10 @@ def run_job(job: StreamJob) -> dict:
     log = CompileLog().install()  # before any kernel package is imported
     import torch
 
-    from slime_flashqla.bench.packs import PackDistribution
     from slime_flashqla.bench.stream_progress import append_step
     from slime_flashqla.bench.variants import VARIANTS, build_layer, kernel_call, kernel_fn, layer_call, random_inputs
     from slime_flashqla.workload.heads import parse_head_config
+    from slime_flashqla.workload.packs import PackDistribution
 
     device = torch.device(job.device)
     if device.type == "cuda":

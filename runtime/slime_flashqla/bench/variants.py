@@ -214,7 +214,7 @@ def _our_layer(variant: Variant, heads: HeadConfig, plan):
     import torch
 
     from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
-    from slime_flashqla.models import gdn_layer_config
+    from slime_flashqla.workload.models import gdn_layer_config
 
     classes = {"qwen3-next": Qwen3NextGatedDeltaNet, "qwen3.5": Qwen3_5GatedDeltaNet}
     size = {"head_dim": plan.head_dim, "hidden_size": plan.hidden_size, "conv_kernel": CONV_KERNEL}

@@ -56,8 +56,8 @@ def register(subparsers) -> None:
 def build_tasks(args):
     """The warm-up tasks the arguments describe (validated before anything runs)."""
     from slime_flashqla.kernels.warmup import MAX_TOKENS, WARMUP_BACKENDS, WarmupTask, warmup_parts
-    from slime_flashqla.models import model_rank_heads
     from slime_flashqla.workload.heads import parse_heads
+    from slime_flashqla.workload.models import model_rank_heads
 
     heads = parse_heads(args.heads) if args.heads.strip() else []
     heads += model_rank_heads(args.model, args.tp)

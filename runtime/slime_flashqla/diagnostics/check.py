@@ -44,7 +44,7 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def _layer_config(cuda: bool) -> dict:
-    from slime_flashqla.models import gdn_layer_config
+    from slime_flashqla.workload.models import gdn_layer_config
 
     if cuda:  # Qwen3-Next-80B GDN sizes at TP1
         return gdn_layer_config(16, 32)

@@ -50,7 +50,7 @@ logging.getLogger('tilelang').setLevel(logging.INFO)  # what TileLang sets itsel
 import torch
 backend, hk, hv, lengths = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), [int(n) for n in sys.argv[4].split('+')]
 from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint, packed_batch
-from slime_flashqla.models import gdn_layer_config
+from slime_flashqla.workload.models import gdn_layer_config
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
 from slime_flashqla.kernels.imports import import_kernel_packages
 get_chunk_gated_delta_rule(backend)  # resolves the backend name; kernel packages load lazily

@@ -43,7 +43,7 @@ MAX_TOKENS = 2**22
 # 70% of the GPU's SMs, so these counts reach every block size at any head count and GPU.
 SEQUENCE_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 COVERAGE_TOKENS = 8192  # tokens of a counted pack: enough for every count, cheap once compiled
-STREAM_SAMPLE = 24  # packs of the RL-like stream (bench/packs.py) the layer part also runs
+STREAM_SAMPLE = 24  # packs of the RL-like stream (workload/packs.py) the layer part also runs
 LAYER = "layer"
 STATES = "+states"
 LOCK_DIR = "slime-flashqla-locks"
@@ -87,7 +87,7 @@ def coverage_packs(max_tokens: int) -> list[tuple[int, ...]]:
 
 def stream_sample(max_tokens: int) -> list[tuple[int, ...]]:
     """The first packs of the default RL-like stream (bench stream's, seed 0) at this budget."""
-    from slime_flashqla.bench.packs import PackDistribution
+    from slime_flashqla.workload.packs import PackDistribution
 
     median = min(1024, max(32, max_tokens // 8))
     return PackDistribution(max_tokens=max_tokens, median_len=median, seed=0).packs(STREAM_SAMPLE)
@@ -161,7 +161,7 @@ def _layer_steps(task: WarmupTask, lengths, device: str, coverage: bool) -> None
     import torch
 
     from slime_flashqla.layers import Qwen3NextGatedDeltaNet, init_like_checkpoint, packed_batch
-    from slime_flashqla.models import gdn_layer_config
+    from slime_flashqla.workload.models import gdn_layer_config
 
     dtype = getattr(torch, task.dtype)
     config = gdn_layer_config(task.heads.key_heads, task.heads.value_heads)

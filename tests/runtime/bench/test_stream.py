@@ -14,8 +14,8 @@ import pytest
 
 from slime_flashqla import cli
 from slime_flashqla.bench import stream
-from slime_flashqla.bench.packs import PackDistribution
 from slime_flashqla.bench.stream_progress import ProgressFile
+from slime_flashqla.workload.packs import PackDistribution
 
 TINY = (
     "--device", "cpu", "--backend", "torch", "--steps", "3", "--max-tokens", "96", "--median-len", "40",

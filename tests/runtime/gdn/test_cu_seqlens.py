@@ -167,7 +167,7 @@ def test_the_probe_s_edit_of_the_runtime_s_copy_is_refused():
 def test_meta_cu_seqlens_is_refused_by_the_layer_too():
     """Issue 25 D21: the layer checks cu_seqlens before the device check, so it met torch's own error first."""
     from slime_flashqla.layers import Qwen3NextGatedDeltaNet
-    from slime_flashqla.models import gdn_layer_config
+    from slime_flashqla.workload.models import gdn_layer_config
 
     config = {**gdn_layer_config(2, 4, head_dim=16, hidden_size=64), "linear_value_head_dim": 8}
     layer = Qwen3NextGatedDeltaNet(config, backend="torch").to("meta")

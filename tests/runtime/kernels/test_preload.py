@@ -295,7 +295,7 @@ def test_a_stopped_preload_loads_nothing_more(backend, tmp_path):
 
 def test_a_layer_starts_its_backends_preload_at_construction(monkeypatch):
     from slime_flashqla.layers import Qwen3NextGatedDeltaNet, gated_deltanet
-    from slime_flashqla.models import gdn_layer_config
+    from slime_flashqla.workload.models import gdn_layer_config
 
     calls = []
     monkeypatch.setattr(gated_deltanet, "start_kernel_preload", lambda *args: calls.append(args))
@@ -307,7 +307,7 @@ def test_a_layer_starts_its_backends_preload_at_construction(monkeypatch):
 def test_no_thread_where_nothing_could_be_preloaded(monkeypatch):
     """The torch and fla backends keep no records, and without a GPU nothing was compiled: no thread at all."""
     from slime_flashqla.layers import Qwen3NextGatedDeltaNet
-    from slime_flashqla.models import gdn_layer_config
+    from slime_flashqla.workload.models import gdn_layer_config
 
     monkeypatch.setattr(preload, "_preloaders", {})
     monkeypatch.delenv(preload.PRELOAD_ENV, raising=False)

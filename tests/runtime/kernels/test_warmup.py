@@ -14,8 +14,8 @@ import sys
 import pytest
 import torch
 
-from slime_flashqla.models import model_heads, split_for_tp
 from slime_flashqla.workload.heads import HeadConfig, parse_head_config
+from slime_flashqla.workload.models import model_heads, split_for_tp
 
 WARMUP_CPU = (sys.executable, "-m", "slime_flashqla", "warmup", "--device", "cpu", "--backends", "torch")
 

@@ -11,7 +11,7 @@ from slime_flashqla.args import add_gdn_backend_argument
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
 from slime_flashqla.gdn.packages import is_installed
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
-from slime_flashqla.models import gdn_layer_config
+from slime_flashqla.workload.models import gdn_layer_config
 
 CONFIG = {**gdn_layer_config(2, 4, head_dim=16, hidden_size=64), "linear_value_head_dim": 8}
 LAYERS = [Qwen3NextGatedDeltaNet, Qwen3_5GatedDeltaNet]

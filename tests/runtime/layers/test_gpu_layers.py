@@ -9,7 +9,7 @@ import torch
 
 from slime_flashqla.gdn.packages import is_installed
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
-from slime_flashqla.models import gdn_layer_config
+from slime_flashqla.workload.models import gdn_layer_config
 
 pytestmark = pytest.mark.gpu
 # bf16 weights and activations through projections, conv, kernel and norm: ~1e-2 relative

@@ -13,7 +13,7 @@ import torch
 
 from runtime.comm_guard.comm_guard_harness import run_world
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
-from slime_flashqla.models import gdn_layer_config
+from slime_flashqla.workload.models import gdn_layer_config
 
 pytestmark = pytest.mark.distributed
 CLASSES = {"qwen3-next": Qwen3NextGatedDeltaNet, "qwen3.5": Qwen3_5GatedDeltaNet}

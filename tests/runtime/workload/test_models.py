@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from slime_flashqla.models import model_heads, model_rank_heads
 from slime_flashqla.workload.heads import HeadConfig, parse_head_config
+from slime_flashqla.workload.models import model_heads, model_rank_heads
 
 
 @pytest.mark.parametrize(

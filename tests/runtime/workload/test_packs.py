@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from slime_flashqla.bench.packs import MAX_PACK_SEQUENCES, PackDistribution, PackError, derived_lengths
+from slime_flashqla.workload.packs import MAX_PACK_SEQUENCES, PackDistribution, PackError, derived_lengths
 
 
 def test_a_seed_names_the_same_packs_everywhere():
