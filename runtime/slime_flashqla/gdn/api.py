@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 
 import torch
 
-from slime_flashqla.gdn.backends import KERNEL_BACKENDS, needs_backward
+from slime_flashqla.gdn.backends import AUTO, KERNEL_BACKENDS
+from slime_flashqla.gdn.backends.auto import BackendChoice, choose_backend, explain_auto
 from slime_flashqla.gdn.empty import empty_outputs
 from slime_flashqla.gdn.errors import GDNInputError
 from slime_flashqla.gdn.inputs import GDNShape, check_inputs
@@ -17,12 +17,19 @@ from slime_flashqla.gdn.names import BACKENDS
 logger = logging.getLogger("slime_flashqla.gdn")
 
 
-@dataclass(frozen=True)
-class BackendChoice:
-    """What `auto` runs for a kind of input, and why."""
+__all__ = [
+    "AutoChunkGatedDeltaRule",
+    "BackendChoice",
+    "choose_backend",
+    "explain_auto",
+    "get_chunk_gated_delta_rule",
+    "needs_backward",
+]
 
-    backend: str
-    reason: str
+
+def needs_backward(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd will run a backward pass through these inputs."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
 def _check_name(backend: str) -> str:
@@ -36,9 +43,6 @@ def _launch(name: str, shape: GDNShape, q, k, v, g, beta, **kwargs):
         return empty_outputs(shape, q, v, kwargs.get("initial_state"), kwargs.get("output_final_state", False))
     backend = KERNEL_BACKENDS[name]
     kernel = backend.kernel()
-    group = shape.value_heads // shape.key_heads
-    if group > 1 and not backend.supports_gva:
-        q, k = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
     q, k, v, g, beta, kwargs = backend.prepare(q, k, v, g, beta, kwargs)
     return kernel(q, k, v, g=g, beta=beta, **kwargs)
 
@@ -97,46 +101,10 @@ def _checked_call(name: str):
     return chunk_gated_delta_rule
 
 
-def choose_backend(shape: GDNShape, dtype: torch.dtype, device: torch.device, backward: bool) -> BackendChoice:
-    """The backend `auto` runs for these inputs, with the reason (runs no kernel)."""
-    if device.type != "cuda":
-        return BackendChoice("torch", f"inputs are on {device.type}; FLA and FlashQLA run on CUDA only")
-    # One rule for every shape: on an H200, a FlashQLA-with-GVA variant was the fastest on every
-    # benchmarked packed batch from 4096 to 32768 tokens, kernel and layer, and FLA never won
-    # (docs/benchmarks.md), so `auto` does not switch by shape.
-    ok, why = KERNEL_BACKENDS["flashqla"].supports(shape, dtype, device, backward)
-    if ok:
-        return BackendChoice("flashqla", why)
-    fla_ok, fla_why = KERNEL_BACKENDS["fla"].supports(shape, dtype, device, backward)
-    if fla_ok:
-        return BackendChoice("fla", f"FlashQLA not used: {why}; FLA's own kernels run these inputs")
-    return BackendChoice("torch", f"FlashQLA not used: {why}; FLA not used: {fla_why}")
-
-
-def explain_auto(
-    device=None,
-    *,
-    dtype: torch.dtype = torch.bfloat16,
-    key_heads: int = 16,
-    value_heads: int = 32,
-    key_dim: int = 128,
-    value_dim: int = 128,
-    tokens: int = 32768,
-    varlen: bool = True,
-    backward: bool = True,
-) -> BackendChoice:
-    """What `auto` would run for inputs of this description, without a kernel launch."""
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
-    shape = GDNShape(1, tokens, key_heads, value_heads, key_dim, value_dim, 1, varlen)
-    return choose_backend(shape, dtype, device, backward)
-
-
 class AutoChunkGatedDeltaRule:
     """`auto`: picks a backend per kind of input, logs each new choice and its reason once."""
 
-    backend = "auto"
+    backend = AUTO
 
     def __init__(self) -> None:
         self._choices: dict[tuple, BackendChoice] = {}
@@ -208,7 +176,7 @@ class AutoChunkGatedDeltaRule:
 def get_chunk_gated_delta_rule(backend: str):
     """Return chunk_gated_delta_rule for `backend` (fla, flashqla, torch, auto), imports deferred."""
     _check_name(backend)
-    if backend == "auto":
+    if backend == AUTO:
         return AutoChunkGatedDeltaRule()
     KERNEL_BACKENDS[backend].require()
     return _checked_call(backend)
