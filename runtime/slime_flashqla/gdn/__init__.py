@@ -10,7 +10,8 @@ import importlib
 _HOMES = {
     "BACKENDS": "names",
     "DEFAULT_BACKEND": "names",
-    "AutoChunkGatedDeltaRule": "api",
+    "AutoGDNKernel": "api",
+    "GDNKernel": "api",
     "BackendChoice": "backends.auto",
     "choose_backend": "backends.auto",
     "explain_auto": "backends.auto",
