@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from slime_flashqla.gdn.packages import require
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import torch
 
     from slime_flashqla.gdn.inputs import GDNShape
@@ -76,7 +78,7 @@ class GDNBackend:
         """Kernel paths a warm-up must force beside what the layer runs (by default none)."""
         return {}
 
-    def start_imports(self) -> list[tuple[str, str, object]]:
+    def start_imports(self) -> list[tuple[str, str, Callable[[], object]]]:
         """(label, package, loader) of what a layer's first step imports for this kernel (kernels/imports.py)."""
         return [(f"{self.module} kernel", self.module, self.kernel)] if self.module else []
 
