@@ -47,6 +47,7 @@ from slime_flashqla.bench.variants import (
     variant_problem,
 )
 from slime_flashqla.errors import UserError
+from slime_flashqla.gdn.names import AUTO
 from slime_flashqla.terminal import print_table, table_console
 from slime_flashqla.workload.heads import HeadConfig, HeadConfigError, parse_heads
 from slime_flashqla.workload.lengths import ShapeError, ShapeSpec, parse_shapes
@@ -124,7 +125,6 @@ class Row:
     speedup_vs_fla_repeat: float | None = None
     speedup_vs_fastest: float | None = None
     auto_backend: str | None = None
-    auto_repeat_qk: bool | None = None  # auto expanded q/k to Hv heads itself (the current `auto` never does)
     note: str = ""
 
     @property
@@ -303,11 +303,9 @@ def _auto_choice(auto, row: Row, plan: Plan, backward: bool):
 
     from slime_flashqla.gdn import GDNShape
 
-    if not hasattr(auto, "choose"):
-        return None
     dim = plan.head_dim
     shape = GDNShape(1, row.tokens, row.key_heads, row.value_heads, dim, dim, len(row.lengths), True)
-    return auto.choose(shape, getattr(torch, plan.dtype), plan.device, backward)
+    return auto.choice_for(shape, getattr(torch, plan.dtype), plan.device, backward)
 
 
 def _free_memory(device) -> None:
@@ -444,10 +442,8 @@ def _run_group(level, shape, heads, mode, inputs, layers, plan, problems) -> lis
             _free_memory(plan.device)
             continue
         entries.append((row, call))
-        choice = _auto_choice(backend_fn, row, plan, backward) if variant.backend == "auto" else None
-        if choice is not None:
-            row.auto_backend = choice.backend
-            row.auto_repeat_qk = bool(getattr(choice, "repeat_qk", False))
+        if variant.backend == AUTO:
+            row.auto_backend = _auto_choice(backend_fn, row, plan, backward).backend
     _time_group(entries, plan)
     return rows
 
@@ -498,13 +494,13 @@ def auto_summary(rows: list[Row]) -> list[dict]:
             groups[row.group].append(row)
     summary = []
     for (level, shape, heads, mode), members in groups.items():
-        auto = next((row for row in members if row.variant == "auto"), None)
-        others = [row for row in members if row.variant != "auto"]
+        auto = next((row for row in members if row.variant == AUTO), None)
+        others = [row for row in members if row.variant != AUTO]
         if auto is None or not others:
             continue
         best = min(others, key=lambda row: row.median_ms)
         ratio = auto.median_ms / best.median_ms
-        same_form = auto.auto_repeat_qk is None or auto.auto_repeat_qk == (not best.gva)
+        same_form = auto.gva == best.gva  # auto passes q/k with their own heads, as the GVA variants do
         summary.append(
             {
                 "level": level,
@@ -519,7 +515,6 @@ def auto_summary(rows: list[Row]) -> list[dict]:
                 "auto_host_ms": auto.host_ms,
                 "fastest_host_ms": best.host_ms,
                 "auto_host_vs_fastest": auto.host_ms / best.host_ms if auto.host_ms and best.host_ms else None,
-                "auto_repeat_qk": auto.auto_repeat_qk,
                 "picked_fastest_backend": auto.auto_backend == best.backend,
                 "picked_fastest_variant": auto.auto_backend == best.backend and same_form,
                 "within_target": ratio <= AUTO_TARGET,
@@ -595,7 +590,7 @@ def _print_plan(plan: Plan, problems: dict) -> None:
     )
     for (variant, mode), reason in problems.items():
         print(f"  skipped {variant} ({mode}): {reason}")
-    if any(v.backend == "auto" for v in plan.variants):
+    if any(v.backend == AUTO for v in plan.variants):
         for heads in plan.heads:
             for mode in plan.modes:
                 choice = explain_auto(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from slime_flashqla.bench.report import markdown_table, rate, ratio
+from slime_flashqla.gdn.names import AUTO
 
 if TYPE_CHECKING:
     from slime_flashqla.bench.gdn import Plan, Row
@@ -33,8 +34,8 @@ def _row_note(row: Row) -> str:
         parts.append(f"ERROR {row.reason}")
     if row.host_bound_rounds:
         parts.append(f"host-bound in {row.host_bound_rounds} round(s): those samples include host time")
-    if row.variant == "auto":
-        parts.append(f"auto -> {row.auto_backend or '?'}" + (" (repeats q/k)" if row.auto_repeat_qk else ""))
+    if row.variant == AUTO:
+        parts.append(f"auto -> {row.auto_backend or '?'}")
     if row.note:
         parts.append(row.note)
     return "; ".join(parts)
@@ -96,7 +97,7 @@ def auto_cells(summary: list[dict]) -> list[list[str]]:
             item["shape"],
             item["heads"],
             item["mode"],
-            str(item["auto_backend"]) + (" (repeat)" if item["auto_repeat_qk"] else ""),
+            str(item["auto_backend"]),
             item["fastest_variant"],
             f"{item['auto_vs_fastest']:.3f}",
             "yes" if item["within_target"] else "NO",

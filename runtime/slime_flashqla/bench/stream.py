@@ -198,10 +198,11 @@ def _variants(args) -> list[Variant]:
     if args.backend and args.variants:
         raise StreamInputError("give --backend or --variants, not both")
     if args.backend:
-        name = {"flashqla": "flashqla-gva", "fla": "fla-gva"}.get(args.backend, args.backend)
-        if name not in VARIANTS or VARIANTS[name].repeat:
+        # The backend's own variant: this package's backend, q/k grouped (flashqla-gva, fla-gva, torch, auto).
+        own = [v for v in VARIANTS.values() if v.backend == args.backend and not (v.repeat or v.direct)]
+        if args.backend not in BACKENDS or not own:
             raise StreamInputError(f"unknown --backend {args.backend!r}; choose from {', '.join(BACKENDS)}")
-        return [VARIANTS[name]]
+        return own[:1]
     names = [item.strip() for item in (args.variants or ",".join(DEFAULT_VARIANTS[args.level])).split(",")]
     names = [name for name in names if name]
     unknown = [name for name in names if name not in VARIANTS]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slime_flashqla.gdn.names import AUTO
 from slime_flashqla.workload.heads import HeadConfig
 
 CONV_KERNEL = 4  # Qwen3-Next's linear_conv_kernel_dim
@@ -104,7 +105,7 @@ def variant_problem(variant: Variant, mode: str, plan, level: str | None = None)
         problem = slime_layer_problem(plan)
         if problem:
             return problem
-    if variant.backend in ("torch", "auto"):  # auto always has a fallback; rows record what it picked
+    if variant.backend == AUTO:  # auto always has a fallback; rows record what it picked
         return None
     import torch
 
@@ -118,19 +119,9 @@ def variant_problem(variant: Variant, mode: str, plan, level: str | None = None)
     heads = plan.heads[0]
     shape = GDNShape(1, 64, heads.key_heads, heads.value_heads, plan.head_dim, plan.head_dim, 1, True)
     dtype = getattr(torch, plan.dtype)
-    ok, why = KERNEL_BACKENDS[variant.backend].supports(shape, dtype, plan.device, mode == "fwd+bwd")
-    if not ok:
-        return why
-    if variant.backend == "fla":
-        from slime_flashqla.gdn.fla_kernels import fla_forwards_to_flashqla, fla_own_chunk_gated_delta_rule
-
-        try:
-            fla_own_chunk_gated_delta_rule()
-        except (ImportError, RuntimeError) as error:
-            return str(error)
-        if variant.direct and fla_forwards_to_flashqla():
-            return "FLA would forward this call to FlashQLA here: run it with FLA_FLASH_QLA=0"
-    return None
+    backend = KERNEL_BACKENDS[variant.backend]
+    ok, why = backend.supports(shape, dtype, plan.device, mode == "fwd+bwd")
+    return why if not ok else backend.library_problem(variant.direct)
 
 
 def slime_layer_problem(plan) -> str | None:
@@ -152,11 +143,12 @@ def slime_layer_problem(plan) -> str | None:
 
 def variant_note(variant: Variant) -> str:
     """A caveat that belongs next to the variant's numbers (empty when none)."""
-    if variant.name == "fla-gva":
-        from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 
-        if not KERNEL_BACKENDS["fla"].supports_gva:
-            return "this FLA takes no GVA: the backend repeats q/k itself"
+    backend = KERNEL_BACKENDS.get(variant.backend)
+    # Asked only of a GVA variant through the backend: FLA's answer imports fla.
+    if backend is not None and not (variant.repeat or variant.direct) and not backend.supports_gva:
+        return f"this {backend.label} takes no GVA: the backend repeats q/k itself"
     return ""
 
 
@@ -172,19 +164,10 @@ def repeating(fn, group: int):
 def backend_fn(variant: Variant):
     """What the variant calls: this package's backend, or the library's own function."""
     from slime_flashqla.gdn import get_chunk_gated_delta_rule
+    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 
     fn = get_chunk_gated_delta_rule(variant.backend)
-    if not variant.direct:
-        return fn
-    if variant.backend == "fla":
-        # FLA's public function, as slime calls it; with FLA_FLASH_QLA=0 its dispatch runs FLA's own kernels.
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-
-        return chunk_gated_delta_rule
-    import flash_qla
-
-    # As FLA >= 0.6 forwards slime's call: FlashQLA normalises q/k itself (use_qk_l2norm_in_kernel).
-    return flash_qla.chunk_gated_delta_rule
+    return KERNEL_BACKENDS[variant.backend].library_fn() if variant.direct else fn
 
 
 def kernel_fn(variant: Variant, heads: HeadConfig):

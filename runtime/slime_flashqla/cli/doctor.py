@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+from slime_flashqla.gdn.backends.auto import in_auto_order
 from slime_flashqla.terminal import print_rows
 
-REQUIRABLE = ("flashqla", "fla")
+# The backends a package of their own can be missing for (the torch reference never is).
+REQUIRABLE = tuple(backend.name for backend in in_auto_order() if backend.module)
 
 
 def register(subparsers) -> None:
@@ -42,14 +44,9 @@ def report_rows(report: dict) -> list[tuple[str, str]]:
         (f"backend {name}", ("usable: " if info["available"] else "unusable: ") + info["reason"])
         for name, info in report["backends"].items()
     ]
-    flashqla = report["flashqla"]
+    rows += [row for backend in in_auto_order() for row in backend.report_rows(report)]
     rows += [
-        ("FlashQLA (training)", ("OK: " if flashqla["ok"] else "NO: ") + flashqla["reason"]),
-        ("FlashQLA (inference)", "OK" if flashqla["inference_ok"] else "NO"),
-        ("FlashQLA support", flashqla["support"]),
-        ("'fla' runs", report["fla_kernel"]),
         ("'auto' runs", f"{report['auto']['backend']}: {report['auto']['reason']}"),
-        ("FLA forwards to FlashQLA", str(report["fla_forwards_to_flashqla"])),
         ("TileLang kernel cache", report["tilelang_cache_dir"]),
     ]
     rows += slime_rows(report["slime"])
@@ -68,12 +65,8 @@ def _driver(report: dict) -> str:
 
 def unmet_requirements(report: dict, required: list[str]) -> list[str]:
     """Messages for each required backend this node cannot use for training."""
-    problems = []
-    if "flashqla" in required and not report["flashqla"]["ok"]:
-        problems.append(f"FlashQLA is not usable for training: {report['flashqla']['reason']}")
-    if "fla" in required and not report["backends"]["fla"]["available"]:
-        problems.append(f"FLA is not usable: {report['backends']['fla']['reason']}")
-    return problems
+    problems = [backend.requirement_problem(report) for backend in in_auto_order() if backend.name in required]
+    return [problem for problem in problems if problem]
 
 
 def run(args) -> int:

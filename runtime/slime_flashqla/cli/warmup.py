@@ -7,6 +7,7 @@ import json
 import time
 
 from slime_flashqla.errors import UserError
+from slime_flashqla.gdn.names import KERNEL_BACKEND_NAMES
 
 
 def register(subparsers) -> None:
@@ -19,7 +20,9 @@ def register(subparsers) -> None:
     parser.add_argument("--tp", help="comma list of tensor-parallel sizes for --model (default 1)")
     parser.add_argument("--heads", default="", help="comma list of Hk/Hv per rank, e.g. 16/32,8/16")
     parser.add_argument(
-        "--backends", default="flashqla", help="comma list of backends to warm: flashqla, fla, torch (default flashqla)"
+        "--backends",
+        default="flashqla",
+        help=f"comma list of backends to warm: {', '.join(KERNEL_BACKEND_NAMES)} (default flashqla)",
     )
     parser.add_argument(
         "--lengths",
@@ -98,9 +101,11 @@ def parse_lengths(text: str) -> tuple[tuple[int, ...], ...]:
 
 def _check_backends(tasks, device: str) -> None:
     from slime_flashqla.gdn import get_chunk_gated_delta_rule
+    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 
     for backend in sorted({task.backend for task in tasks}):
-        if device == "cuda" or backend == "torch":
+        # Off CUDA (the tests' CPU runs) only a backend whose kernel runs there can be asked.
+        if device == "cuda" or KERNEL_BACKENDS[backend].runs_on(device.split(":")[0]):
             get_chunk_gated_delta_rule(backend)  # raises with the reason before any process starts
 
 

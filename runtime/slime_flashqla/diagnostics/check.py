@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from slime_flashqla.gdn.backends import REFERENCE
+from slime_flashqla.gdn.inputs import GDNShape
+
 # bf16 inputs and float32 accumulation: FLA and FlashQLA agree with the float32 reference
 # at relative error ~1e-3..4e-3 on an H200 (docs/benchmarks.md); 2e-2 leaves headroom and
 # still catches a wrong kernel, whose error is of order 1.
@@ -100,7 +103,7 @@ def _kernel_parity(backend: str, device: torch.device, hk: int, hv: int) -> dict
         return {"o": o, "final_state": ht, **{f"d{key}": leaf.grad for key, leaf in leaves.items()}}
 
     # The reference sees the same bf16-rounded q/k/v, so only the kernel's error is measured.
-    reference = run("torch", torch.bfloat16)
+    reference = run(REFERENCE, torch.bfloat16)
     actual = run(backend, torch.bfloat16)
     return {key: relative_error(actual[key], reference[key]) for key in reference}
 
@@ -132,12 +135,11 @@ def run_check(backend: str = "auto") -> CheckResult:
     sync()
     backward_ms = (time.perf_counter() - start) * 1e3
 
-    fn = layer.chunk_gated_delta_rule
-    if backend == "auto":
-        choice = next(iter(fn.choices.values()))
-        chosen, reason = choice.backend, choice.reason
-    else:
-        chosen, reason = backend, "asked for explicitly"
+    heads, dim = config["linear_num_key_heads"], config["linear_key_head_dim"]
+    shape = GDNShape(1, x.shape[1], heads, config["linear_num_value_heads"], dim, dim, len(lengths), True)
+    # What the step ran: auto's choices are cached per kind of input, so this is the one it made.
+    choice = layer.chunk_gated_delta_rule.choice_for(shape, dtype, x.device, backward=True)
+    chosen, reason = choice.backend, choice.reason
     result = CheckResult(
         backend=chosen,
         reason=reason,
@@ -154,7 +156,7 @@ def run_check(backend: str = "auto") -> CheckResult:
     for name, param in [("input", x), *layer.named_parameters()]:
         if param.grad is None or not torch.isfinite(param.grad).all():
             result.problems.append(f"the gradient of {name} is missing or not finite")
-    if chosen != "torch":
+    if chosen != REFERENCE:
         result.parity = _kernel_parity(chosen, device, config["linear_num_key_heads"], config["linear_num_value_heads"])
         result.problems += [
             f"{chosen} differs from the torch reference in {key}: relative error {err:.2e} > {PARITY_TOLERANCE}"

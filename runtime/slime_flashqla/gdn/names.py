@@ -1,11 +1,12 @@
-"""The GDN backends' names, importing nothing: what a parser offers before any kernel or torch import.
+"""The GDN backends' names, importing no torch: what a parser offers before any kernel or torch import.
 
-`gdn.backends.KERNEL_BACKENDS` holds one backend object under each kernel name (a test keeps the
-two in step); `auto` picks among them per call.
+The registry (gdn/backends/__init__.py) is their one source; `auto` picks among the kernel
+backends per call.
 """
 
-KERNEL_BACKEND_NAMES = ("fla", "flashqla", "torch")
-AUTO = "auto"
+from slime_flashqla.gdn.backends import AUTO, DEFAULT_BACKEND, KERNEL_BACKENDS
+
+KERNEL_BACKEND_NAMES = tuple(KERNEL_BACKENDS)
 BACKENDS = (*KERNEL_BACKEND_NAMES, AUTO)
-# slime's own default: a run changes kernel only when asked to, never because a package is installed.
-DEFAULT_BACKEND = "fla"
+
+__all__ = ["AUTO", "BACKENDS", "DEFAULT_BACKEND", "KERNEL_BACKEND_NAMES"]

@@ -11,11 +11,14 @@ the first forward+backward apart from the imports.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 
+from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+from slime_flashqla.gdn.names import AUTO, BACKENDS
 from slime_flashqla.gdn.packages import is_installed
+
+LAYER_OPS = "triton layer ops"
 
 
 def _triton_layer_ops() -> None:
@@ -24,26 +27,20 @@ def _triton_layer_ops() -> None:
     jit.load_all()
 
 
-def _backend_kernel(name: str) -> None:
-    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+def _steps(backend: str) -> list[tuple[str, str, Callable[[], object]]]:
+    """(label, package, loader) of each import a GDN layer on CUDA with `backend` runs at its first step.
 
-    KERNEL_BACKENDS[name].kernel()
+    This package's Triton kernels for the short convolution, gated norm and q/k l2norm come
+    first (triton itself), then each kernel the backend may run (`auto`: every one it tries).
+    """
+    if backend == AUTO:
+        from slime_flashqla.gdn.backends.auto import candidates
 
-
-# What a GDN layer on CUDA imports at its first step: this package's Triton kernels for the
-# short convolution, gated norm and q/k l2norm (triton_ops: triton itself), then the chosen
-# backend's kernel.
-_LOADERS: dict[str, tuple[str, Callable[[], None]]] = {
-    "triton layer ops": ("triton", _triton_layer_ops),
-    "flash_qla kernel": ("flash_qla", functools.partial(_backend_kernel, "flashqla")),
-    "fla kernel": ("fla", functools.partial(_backend_kernel, "fla")),
-}
-_BACKEND_LOADERS = {
-    "flashqla": ("triton layer ops", "flash_qla kernel"),
-    "fla": ("triton layer ops", "fla kernel"),
-    "auto": ("triton layer ops", "flash_qla kernel", "fla kernel"),
-    "torch": (),
-}
+        backends = candidates()
+    else:
+        backends = [KERNEL_BACKENDS[backend]]
+    kernels = [step for b in backends for step in b.start_imports()]
+    return [(LAYER_OPS, "triton", _triton_layer_ops), *kernels] if kernels else []
 
 
 def kernel_imports(backend: str, *, resolve_auto: bool = False) -> list[str]:
@@ -52,20 +49,21 @@ def kernel_imports(backend: str, *, resolve_auto: bool = False) -> list[str]:
     With `resolve_auto`, `auto` lists only the backend it would pick for a bf16 training step
     here (explain_auto): a node whose FlashQLA validates never needs FLA's 20 s import.
     """
-    if backend not in _BACKEND_LOADERS:
-        raise ValueError(f"unknown GDN backend {backend!r}; valid names are: {', '.join(_BACKEND_LOADERS)}")
-    if backend == "auto" and resolve_auto:
-        from slime_flashqla.gdn import explain_auto
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown GDN backend {backend!r}; valid names are: {', '.join(BACKENDS)}")
+    if backend == AUTO and resolve_auto:
+        from slime_flashqla.gdn.backends.auto import explain_auto
 
         backend = explain_auto().backend
-    return [label for label in _BACKEND_LOADERS[backend] if is_installed(_LOADERS[label][0])]
+    return [label for label, package, _ in _steps(backend) if is_installed(package)]
 
 
 def import_kernel_packages(backend: str, *, resolve_auto: bool = True) -> dict[str, float]:
     """Run the imports `kernel_imports(backend)` lists (`auto` resolved here); return seconds for each, in order."""
+    loaders = {label: loader for name in KERNEL_BACKENDS for label, _, loader in _steps(name)}
     seconds = {}
     for label in kernel_imports(backend, resolve_auto=resolve_auto):
         start = time.perf_counter()
-        _LOADERS[label][1]()
+        loaders[label]()
         seconds[label] = round(time.perf_counter() - start, 3)
     return seconds

@@ -287,10 +287,10 @@ def _could_preload(backend: str) -> bool:
     """Whether a backend `backend` may run keeps records, its package is installed and a GPU is here (no import)."""
     if not _gpu_present():
         return False
-    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+    from slime_flashqla.gdn.backends import AUTO, KERNEL_BACKENDS
     from slime_flashqla.gdn.packages import is_installed
 
-    names = list(KERNEL_BACKENDS) if backend == "auto" else [backend]
+    names = list(KERNEL_BACKENDS) if backend == AUTO else [backend]
     sources = [getattr(KERNEL_BACKENDS[name], "specialisations", None) for name in names if name in KERNEL_BACKENDS]
     packages = [getattr(source, "package", None) for source in sources if source is not None]
     return any(package is None or is_installed(package) for package in packages)
@@ -302,9 +302,11 @@ def _plan(backend: str, key_heads: int, value_heads: int, mode: str, device, cac
         import torch
 
         torch.cuda.set_device(device)  # the layer's device, not the new thread's default
+    from slime_flashqla.gdn.backends import AUTO
+
     name = backend
-    if backend == "auto":
-        from slime_flashqla.gdn import explain_auto
+    if backend == AUTO:
+        from slime_flashqla.gdn.backends.auto import explain_auto
 
         name = explain_auto(key_heads=key_heads, value_heads=value_heads).backend
     source = _source(name)

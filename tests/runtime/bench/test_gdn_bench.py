@@ -269,7 +269,7 @@ def test_repeat_variant_hands_the_kernel_hv_heads():
     assert seen == [(8, 8, 8)]
 
 
-def row(group_key, variant, ms, backend=None, auto_backend=None, status="ok", auto_repeat_qk=None):
+def row(group_key, variant, ms, backend=None, auto_backend=None, status="ok"):
     level, shape, mode = group_key
     return gdn.Row(
         level=level,
@@ -285,7 +285,6 @@ def row(group_key, variant, ms, backend=None, auto_backend=None, status="ok", au
         status=status,
         median_ms=ms,
         auto_backend=auto_backend,
-        auto_repeat_qk=auto_repeat_qk,
     )
 
 
@@ -296,15 +295,15 @@ def test_speedup_math_on_a_constructed_result_set():
         row(a, "fla-gva", 8.0),
         row(a, "flashqla-repeat", 5.0),
         row(a, "flashqla-gva", 4.0),
-        row(a, "auto", 4.1, backend="auto", auto_backend="flashqla", auto_repeat_qk=False),
+        row(a, "auto", 4.1, backend="auto", auto_backend="flashqla"),
         row(a, "torch", None, status="skipped"),
         row(b, "fla-gva", 4.0),
         row(b, "flashqla-gva", 5.0),
         row(b, "auto", 5.0, backend="auto", auto_backend="flashqla"),
-        # auto repeated q/k itself, but GVA was the faster form of its backend
-        row(c, "flashqla-repeat", 2.0),
-        row(c, "flashqla-gva", 1.0),
-        row(c, "auto", 2.0, backend="auto", auto_backend="flashqla", auto_repeat_qk=True),
+        # auto passes q/k grouped, but repeating them was the faster form of its backend
+        row(c, "flashqla-repeat", 1.0),
+        row(c, "flashqla-gva", 2.0),
+        row(c, "auto", 2.0, backend="auto", auto_backend="flashqla"),
     ]
     gdn.add_speedups(rows)
     by = {(r.level, r.variant): r for r in rows if r.mode == "fwd+bwd"}
@@ -336,7 +335,7 @@ def test_speedup_math_on_a_constructed_result_set():
     (repeated,) = [item for item in gdn.auto_summary(rows) if item["mode"] == "fwd"]
     assert repeated["picked_fastest_backend"] and not repeated["picked_fastest_variant"]
     assert repeated["auto_vs_fastest"] == pytest.approx(2.0)
-    assert gdn_report.auto_cells([repeated])[0][4] == "flashqla (repeat)"
+    assert gdn_report.auto_cells([repeated])[0][4] == "flashqla"
 
 
 def test_cpu_timer_takes_the_median_of_the_timed_calls():
@@ -425,7 +424,7 @@ def test_skip_unavailable_lists_skipped_variants(tmp_path, capsys):
     ran = [r for r in rows if r["status"] == "ok"]
     assert {r["variant"] for r in ran} == {"torch", "auto"}
     autos = [r for r in ran if r["variant"] == "auto"]
-    assert len(autos) == 2 and all(r["auto_backend"] == "torch" and r["auto_repeat_qk"] is False for r in autos)
+    assert len(autos) == 2 and all(r["auto_backend"] == "torch" and "auto_repeat_qk" not in r for r in autos)
     report = json.loads(path.read_text())
     assert {item["mode"] for item in report["auto"]} == {"fwd", "fwd+bwd"}
     assert all(item["fastest_variant"] == "torch" for item in report["auto"])

@@ -96,7 +96,14 @@ def test_no_backend_asks_for_its_kernel_without_tokens(monkeypatch, name, case):
     tensors = [inputs[n] for n in ("q", "k", "v", "g", "beta")]
     state = inputs["initial_state"]
     shape = check_inputs(*tensors, None, state, inputs["cu_seqlens"])
-    o, final = _launch(name, shape, *tensors, initial_state=state, output_final_state=True, cu_seqlens=shape.cu_seqlens)
+    o, final = _launch(
+        KERNEL_BACKENDS[name],
+        shape,
+        *tensors,
+        initial_state=state,
+        output_final_state=True,
+        cu_seqlens=shape.cu_seqlens,
+    )
     o_size, state_size = expected_sizes(case)
     assert tuple(o.shape) == o_size and tuple(final.shape) == state_size
 

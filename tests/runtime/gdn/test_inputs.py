@@ -11,12 +11,13 @@ import torch
 from helpers.gdn_inputs import make_inputs
 from helpers.raised_where import frame_files, raised_before_package, raised_by_check
 from slime_flashqla.gdn import GDNInputError, check_inputs, get_chunk_gated_delta_rule
-from slime_flashqla.gdn.api import _checked_call
+from slime_flashqla.gdn.api import GDNKernel
+from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 
 
 def call(inputs, backend="torch", **overrides):
     args = {**inputs, **overrides}
-    fn = get_chunk_gated_delta_rule(backend) if backend != "flashqla" else _checked_call("flashqla")
+    fn = get_chunk_gated_delta_rule(backend) if backend != "flashqla" else GDNKernel(KERNEL_BACKENDS["flashqla"])
     return fn(
         args["q"],
         args["k"],

@@ -17,7 +17,7 @@ def test_torch_backend_imports_no_kernel_package():
 
 
 def test_unknown_backend_is_refused_with_the_valid_names():
-    with pytest.raises(ValueError, match="valid names are: flashqla, fla, auto, torch"):
+    with pytest.raises(ValueError, match="valid names are: fla, flashqla, torch, auto"):
         kernel_imports("flash")
 
 

@@ -122,7 +122,7 @@ GPU_STAND_INS = textwrap.dedent(
     import tilelang.contrib.nvcc as nvcc
     nvcc.get_target_compute_version = lambda *a, **k: "9.0"
     # The flashqla backend refuses a machine without an SM90 GPU, and a preload starts only beside a GPU.
-    import slime_flashqla.gdn.backends as backends, slime_flashqla.kernels.preload as preload
+    import slime_flashqla.gdn.backends.flashqla as backends, slime_flashqla.kernels.preload as preload
     backends.validate_flashqla_runtime = lambda *a, **k: None
     preload._gpu_present = lambda: True
     from pathlib import Path
