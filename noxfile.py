@@ -216,8 +216,8 @@ nox.options.sessions.append("conda_check")
 # Knobs:
 #   SLIME_FLASHQLA_CONTAINER_ENGINE      podman or docker (default: podman if on PATH, else a docker
 #                                        whose daemon answers)
-#   SLIME_FLASHQLA_BASE_IMAGE_DEFAULT    BASE_IMAGE for docker/Dockerfile (CI: its stand-in base)
-#   SLIME_FLASHQLA_BASE_IMAGE_GB10       BASE_IMAGE for docker/Dockerfile.gb10 (CI: its stand-in base)
+#   SLIME_FLASHQLA_BASE_IMAGE_DEFAULT    BASE_IMAGE for docker/images/default/Dockerfile (CI: its stand-in base)
+#   SLIME_FLASHQLA_BASE_IMAGE_GB10       BASE_IMAGE for docker/images/gb10/Dockerfile (CI: its stand-in base)
 #   SLIME_FLASHQLA_INSTALL_FLASHQLA      INSTALL_FLASHQLA build argument (0 or 1) of default and gb10
 #   SLIME_FLASHQLA_REQUIRE_IMAGES=1      fail, instead of skipping, where no engine or base image can
 #                                        be had, or the image to test was not built from this checkout
@@ -239,10 +239,12 @@ class Image(NamedTuple):
 
 
 IMAGES = {
-    "default": Image("docker/Dockerfile", "slime-flashqla:latest", "default", {}),
-    "gb10": Image("docker/Dockerfile.gb10", "slime-flashqla:gb10", "gb10", {}),
+    "default": Image("docker/images/default/Dockerfile", "slime-flashqla:latest", "default", {}),
+    "gb10": Image("docker/images/gb10/Dockerfile", "slime-flashqla:gb10", "gb10", {}),
     # FlashQLA opted in on GB10: the same Dockerfile, so it shares gb10's cached layers up to the install.
-    "gb10-flashqla": Image("docker/Dockerfile.gb10", "slime-flashqla:gb10-flashqla", "gb10", {"INSTALL_FLASHQLA": "1"}),
+    "gb10-flashqla": Image(
+        "docker/images/gb10/Dockerfile", "slime-flashqla:gb10-flashqla", "gb10", {"INSTALL_FLASHQLA": "1"}
+    ),
 }
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 # What the Dockerfiles COPY: an image's io.slime-flashqla.source-tree label is git's tree of these.
@@ -459,7 +461,7 @@ def gpu_run_flags(engine: str) -> list[str]:
 @nox.session(python=False)
 @nox.parametrize("variant", list(IMAGES), ids=list(IMAGES))
 def image_build(session: nox.Session, variant: str) -> None:
-    """Build one image (default: docker/Dockerfile, gb10: docker/Dockerfile.gb10); posargs go to build."""
+    """Build one image (its Dockerfile under docker/images/); posargs go to build."""
     import subprocess
 
     BUILT_THIS_RUN[variant] = None  # until the build below succeeds
