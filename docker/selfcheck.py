@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import os
 import sys
+import tomllib
+from pathlib import Path
 
-# Printed by the GB10 image, with what the flash-qla release runs (doctor's support line):
-# flash-qla 0.1.3 cannot be imported on SM121, so the image trains and runs GDN with FLA.
-GB10_NOTE = (
-    "GB10 image: train and run with --qwen-gdn-backend fla; FlashQLA support: {support}"
-    " (flash-qla is installed only with --build-arg INSTALL_FLASHQLA=1)"
-)
+IMAGES_DIR = Path(__file__).resolve().parent / "images"
 
 
-def summary_lines(report: dict, variant: str) -> list[str]:
-    """The self-check lines for a doctor report."""
+def image_note(variant: str, images_dir: Path = IMAGES_DIR) -> str | None:
+    """The `note` of docker/images/<variant>/image.toml (what to know about that image), if any."""
+    settings = images_dir / variant / "image.toml"
+    return tomllib.loads(settings.read_text()).get("note") if settings.is_file() else None
+
+
+def summary_lines(report: dict, variant: str, note: str | None = None) -> list[str]:
+    """The self-check lines for a doctor report; `note` ({support} filled in) follows the FlashQLA line."""
     gpus = ", ".join(f"{g['name']} (SM {g['capability']})" for g in report["gpus"]) or "none visible"
     torch_cuda = report["torch_cuda"] or "CPU build"
     lines = [
@@ -24,8 +27,8 @@ def summary_lines(report: dict, variant: str) -> list[str]:
         "[slime-flashqla] FlashQLA training: "
         + ("OK" if report["flashqla"]["ok"] else f"no ({report['flashqla']['reason']})"),
     ]
-    if variant == "gb10":
-        lines.append("[slime-flashqla] " + GB10_NOTE.format(support=report["flashqla"]["support"]))
+    if note:
+        lines.append("[slime-flashqla] " + note.format(support=report["flashqla"]["support"]))
     lines += [f"[slime-flashqla] WARNING: {w}" for w in report["warnings"]]
     return lines
 
@@ -37,10 +40,11 @@ def main() -> int:
         from slime_flashqla.diagnostics.report import collect_report
 
         report = collect_report()
+        note = image_note(variant)
     except Exception as exc:  # the report must never stop the container's command
         print(f"[slime-flashqla] self-check failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    print("\n".join(summary_lines(report, variant)))
+    print("\n".join(summary_lines(report, variant, note)))
     return 0
 
 

@@ -4,7 +4,7 @@
 #   localhost/slime-flashqla-ci/debian:<suite>-arm64   the same for arm64 (second stage under qemu)
 #   localhost/slime-flashqla-ci/base:default           amd64 + nvcc (CUDA 12.8), standing in for nvidia/cuda:*-devel
 #   localhost/slime-flashqla-ci/base:gb10              arm64 + a CPU torch and Triton, standing in for NGC PyTorch
-# Pass them to the product's Dockerfiles as BASE_IMAGE (noxfile: SLIME_FLASHQLA_BASE_IMAGE_<VARIANT>).
+# Pass them to the product's Dockerfiles as BASE_IMAGE (docker/images.py: SLIME_FLASHQLA_BASE_IMAGE_<PINS>).
 # The arm64 ones need qemu-aarch64 registered with binfmt_misc (docker/ci/register-binfmt.sh).
 # Re-running is cheap: existing images of the right architecture are kept unless FORCE=1.
 set -euo pipefail

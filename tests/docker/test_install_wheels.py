@@ -1,4 +1,4 @@
-"""docker/install-wheels.sh: the GB10 image's installs take published wheels only and name what has none."""
+"""docker/images/gb10/install-wheels.sh: the GB10 image's installs take published wheels only and name what has none."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "docker" / "install-wheels.sh"
+SCRIPT = ROOT / "docker" / "images" / "gb10" / "install-wheels.sh"
 
 
 def write_wheel(folder: Path, name: str, version: str) -> None:

@@ -16,7 +16,7 @@ from slime_flashqla.gdn.flashqla_support import support_label
 ROOT = Path(__file__).resolve().parents[2]
 VERSIONS = tomllib.loads((ROOT / "env" / "versions.toml").read_text())
 PACKAGES = VERSIONS["packages"]
-DOCKERFILES = {"default": ROOT / "docker" / "Dockerfile", "gb10": ROOT / "docker" / "Dockerfile.gb10"}
+DOCKERFILES = {kind: ROOT / "docker" / "images" / kind / "Dockerfile" for kind in ("default", "gb10")}
 DOCS = [ROOT / "docs" / lang / "install_flashqla.md" for lang in ("en", "zh")]
 RECIPE = ROOT / "conda-recipe" / "meta.yaml"
 # Names under which a pinned package may be written down, in pip and conda spelling.

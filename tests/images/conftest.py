@@ -1,7 +1,11 @@
 """In-image tests: they run inside a built image (`nox -s image_tests`) and skip anywhere else.
 
-tests/images/shared/ runs in every image, tests/images/<variant>/ only in that image
-(the Dockerfiles set SLIME_FLASHQLA_IMAGE to their variant).
+tests/images/shared/ runs in every image, tests/images/<name>/ in the image of
+docker/images/<name>/ and in the images below it in tests/images/hierarchy.py (gb10-flashqla:
+its own, gb10's and shared). `nox -s image_tests` passes an image exactly its folders; here, a
+folder meant for another line of images skips (the Dockerfiles set SLIME_FLASHQLA_IMAGE to
+their variant, and gb10-flashqla is built from gb10's, so its tests also guard on
+SLIME_FLASHQLA_INSTALL_FLASHQLA).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from images.hierarchy import lineage
 from images.support import ROOT
 
 HERE = Path(__file__).resolve().parent
@@ -28,7 +33,7 @@ def pytest_collection_modifyitems(config, items):
         wanted = path.relative_to(HERE).parts[0]
         if IMAGE is None:
             item.add_marker(pytest.mark.skip(reason="runs inside a slime-flashqla image: nox -s image_tests"))
-        elif wanted not in ("shared", IMAGE):
+        elif wanted not in lineage(IMAGE) and IMAGE not in lineage(wanted):
             item.add_marker(pytest.mark.skip(reason=f"for the {wanted} image; this is the {IMAGE} image"))
 
 

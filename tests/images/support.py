@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -21,3 +22,8 @@ def entrypoint(*command: str, **env: str) -> subprocess.CompletedProcess:
 def python_snippet(code: str) -> subprocess.CompletedProcess:
     """Run Python code in a fresh interpreter (imports of kernel packages stay out of pytest's)."""
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+
+
+def wheel_tags(dist: importlib.metadata.Distribution) -> list[str]:
+    """The Tag lines of a distribution's WHEEL file (how it was built and for what)."""
+    return [line.split(": ", 1)[1] for line in (dist.read_text("WHEEL") or "").splitlines() if line.startswith("Tag: ")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,3 +84,16 @@ def test_gpu_tests_from_an_environment_without_torch_says_where_nox_must_live(tm
     assert done.returncode == 1, done.stderr
     assert f"its python ({bare_bin / 'python'}) has no torch" in done.stderr
     assert "python -m pip install -r env/nox.txt" in done.stderr and "No module named pip" not in done.stderr
+
+
+def test_the_session_names_that_readme_docs_and_ci_call_stay():
+    """The image sessions come from docker/images/ folders now; their names must not move with them."""
+    done = subprocess.run([NOX, "-f", str(ROOT / "noxfile.py"), "-l"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    names = re.findall(r"^[*-] (\S+) ->", done.stdout, re.MULTILINE)
+    images = [
+        f"{session}({name})"
+        for session in ("image_build", "image_tests")
+        for name in ("default", "gb10", "gb10-flashqla")
+    ]
+    assert names == ["tests", "gpu_tests", "lint", "conda_build", "conda_check", *images, "hadolint"]

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import platform
-import re
 import sys
 
 import pytest
 
-from images.support import entrypoint
+from images.support import entrypoint, wheel_tags
 
 pytestmark = pytest.mark.image
 
@@ -44,11 +42,6 @@ def test_self_check_says_gdn_runs_on_fla_and_what_flashqla_runs():
 MACHINES = {"arm64": "aarch64", "amd64": "x86_64"}
 
 
-def wheel_tags(dist: importlib.metadata.Distribution) -> list[str]:
-    """The Tag lines of a distribution's WHEEL file (how it was built and for what)."""
-    return [line.split(": ", 1)[1] for line in (dist.read_text("WHEEL") or "").splitlines() if line.startswith("Tag: ")]
-
-
 def test_runs_on_the_platform_the_image_is_built_for(pins):
     arch = pins["images"]["gb10"]["platform"].split("/")[1]
     assert platform.machine() == MACHINES[arch]
@@ -66,13 +59,3 @@ def test_no_compiled_package_was_built_from_source_here():
         if not tags or any(t.split("-")[-1].startswith("linux_") for t in tags)
     }
     assert not built, f"compiled here instead of installed from a published wheel: {built}"
-
-
-def test_tilelang_wheel_is_for_this_machine_and_its_glibc(flashqla_opted_in):
-    if not flashqla_opted_in:
-        pytest.skip("built without INSTALL_FLASHQLA=1: no TileLang")
-    tags = wheel_tags(importlib.metadata.distribution("tilelang"))
-    floors = [tuple(map(int, m.groups())) for t in tags for m in [re.search(r"manylinux_(\d+)_(\d+)_", t)] if m]
-    assert all(t.endswith(platform.machine()) for t in tags), tags
-    glibc = tuple(map(int, os.confstr("CS_GNU_LIBC_VERSION").split()[1].split(".")[:2]))
-    assert floors and min(floors) <= glibc, (tags, glibc)
