@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from slime_flashqla.kernels.first_step import imports_by_package
+from slime_flashqla.bench.first_step import imports_by_package
 
 CHILD = """
 import json, sys, time

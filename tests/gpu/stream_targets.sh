@@ -77,7 +77,7 @@ for s in "${stages[@]}"; do
           echo "(first_step needs CUDA: skipped in the dry run)"
           break
         fi
-        $PY -m slime_flashqla.kernels.first_step --backend auto --heads "${HEADS%%,*}" --lengths 8192+24576 \
+        $PY -m slime_flashqla.bench.first_step --backend auto --heads "${HEADS%%,*}" --lengths 8192+24576 \
           > "$OUT_DIR/first_step_$i.json" || status=1
         tail -n 1 "$OUT_DIR/first_step_$i.json"
       done

@@ -41,7 +41,7 @@ for s in "${stages[@]}"; do
     first-step-cold)
       stage "first step, cold cache"
       rm -rf "$TILELANG_CACHE_DIR"
-      $PY -m slime_flashqla.kernels.first_step --backend flashqla --heads 16/32 --lengths 8192+24576 \
+      $PY -m slime_flashqla.bench.first_step --backend flashqla --heads 16/32 --lengths 8192+24576 \
         | tee "$OUT_DIR/first_step_cold.json" || status=1
       ;;
     warmup)
@@ -51,7 +51,7 @@ for s in "${stages[@]}"; do
       ;;
     first-step)
       stage "first step, warm cache"
-      $PY -m slime_flashqla.kernels.first_step --backend flashqla --heads 16/32 --lengths 8192+24576 \
+      $PY -m slime_flashqla.bench.first_step --backend flashqla --heads 16/32 --lengths 8192+24576 \
         | tee "$OUT_DIR/first_step_warm.json" || status=1
       ;;
     tests)

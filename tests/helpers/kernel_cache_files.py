@@ -138,7 +138,7 @@ def rewrite(source: Path, target: Path, edit) -> Path:
     edit(manifest, members)
     with tarfile.open(target, "w") as tar:
         data = json.dumps(manifest).encode()
-        from slime_flashqla.kernels.archive import MANIFEST_NAME
+        from slime_flashqla.kernel_cache.archive import MANIFEST_NAME
 
         info = tarfile.TarInfo(MANIFEST_NAME)
         info.size = len(data)

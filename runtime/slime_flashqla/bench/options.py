@@ -54,7 +54,7 @@ def check_seed(error: type[Exception], seed: int) -> None:
 
 def output_paths(args, error: type[Exception], options: tuple[str, ...]) -> dict[str, Path]:
     """{option: the file it writes} of each output option given, each checked before any work starts."""
-    from slime_flashqla.cli.output_paths import OutputPathError, check_output_path
+    from slime_flashqla.files.output_paths import OutputPathError, check_output_path
 
     paths = {}
     for option in options:
@@ -77,6 +77,6 @@ def output_paths(args, error: type[Exception], options: tuple[str, ...]) -> dict
 
 def write_output(path: Path, text: str) -> None:
     """Publish `text` at `path` whole (a temp file renamed onto it), as every benchmark output is written."""
-    from slime_flashqla.cli.output_paths import publish_atomically
+    from slime_flashqla.files.output_paths import publish_atomically
 
     publish_atomically(path, lambda temp: temp.write_text(text))

@@ -17,7 +17,7 @@ def matplotlib_missing() -> str | None:
 
 def save_figure(figure, path, dpi: int) -> None:
     """Publish `figure` at `path` whole, in the format its suffix names (the temp file's suffix says nothing)."""
-    from slime_flashqla.cli.output_paths import publish_atomically
+    from slime_flashqla.files.output_paths import publish_atomically
 
     fmt = Path(path).suffix.lstrip(".").lower()
     publish_atomically(path, lambda temp: figure.savefig(temp, format=fmt, dpi=dpi))

@@ -5,7 +5,7 @@ Errors: a subcommand, and the benchmarks under `bench`, raise `slime_flashqla.er
 instead of printing their own; `main` prints one line,
 `slime-flashqla COMMAND: message`, and exits 2.  Anything else is one line too, exit 1.
 `--debug` (before or after the subcommand) shows the traceback instead.  Ctrl-C exits 130 and
-SIGTERM 143, each after the same cleanup (cli/termination.py); a reader that closes stdout
+SIGTERM 143, each after the same cleanup (files/termination.py); a reader that closes stdout
 early (`| head`) ends the command quietly with 141, as SIGPIPE ends other tools.
 
 Help: a (sub-)subcommand's one-line help is also its `--help` description, and an option's help
@@ -79,8 +79,8 @@ def _add_debug_flag(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; errors become one line unless --debug."""
     from slime_flashqla.cli.errors import user_error_types
-    from slime_flashqla.cli.termination import TERMINATED_EXIT, Terminated, sigterm_raises
     from slime_flashqla.errors import one_line
+    from slime_flashqla.files.termination import TERMINATED_EXIT, Terminated, sigterm_raises
 
     parser = build_parser()
     args = parser.parse_args(argv)

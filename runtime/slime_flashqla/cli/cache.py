@@ -75,7 +75,7 @@ def _cache_dirs(args, triton: bool = True) -> dict:
 
 
 def _gpu(stack: dict) -> str:
-    from slime_flashqla.kernels.archive import shown
+    from slime_flashqla.kernel_cache.archive import shown
 
     if stack["gpu_arch"] == "none":
         return "no GPU visible (gpu_arch none: an import on a GPU refuses it; --gpu-arch sm_NN names the GPU)"
@@ -84,8 +84,8 @@ def _gpu(stack: dict) -> str:
 
 def run_export(args) -> int:
     """Write the archive and say what is in it."""
-    from slime_flashqla.cli.output_paths import check_output_path
-    from slime_flashqla.kernels.archive import ARCHIVE_SUFFIXES, current_stack, export_archive, with_gpu_arch
+    from slime_flashqla.files.output_paths import check_output_path
+    from slime_flashqla.kernel_cache.archive import ARCHIVE_SUFFIXES, current_stack, export_archive, with_gpu_arch
 
     written = check_output_path(args.path, what="", suffixes=ARCHIVE_SUFFIXES)  # before anything is read
     stack = current_stack()
@@ -103,7 +103,7 @@ def run_export(args) -> int:
 
 def run_import(args) -> int:
     """Check the archive, import it, and say how many files were new."""
-    from slime_flashqla.kernels.archive import import_archive
+    from slime_flashqla.kernel_cache.archive import import_archive
 
     result = import_archive(args.path, _cache_dirs(args), gpu_arch=args.gpu_arch, force=args.force)
     into = ", ".join(f"{directory} ({cache})" for cache, directory in result.caches.items())
@@ -118,7 +118,7 @@ def run_import(args) -> int:
 
 def manifest_rows(manifest: dict, mismatches: list[str], notes: list[str] = ()) -> list[tuple[str, str]]:
     """The manifest as (item, value) rows, without the per-file list; archive text shown escaped."""
-    from slime_flashqla.kernels.archive import TOOLCHAIN_FIELDS, shown
+    from slime_flashqla.kernel_cache.archive import TOOLCHAIN_FIELDS, shown
 
     stack = manifest["stack"]
     rows = [
@@ -144,7 +144,7 @@ def manifest_rows(manifest: dict, mismatches: list[str], notes: list[str] = ()) 
 
 def run_info(args) -> int:
     """Print the manifest (a table, or JSON) and whether it matches this machine."""
-    from slime_flashqla.kernels.archive import (
+    from slime_flashqla.kernel_cache.archive import (
         CACHE_NAMES,
         Stack,
         current_stack,

@@ -8,7 +8,7 @@ from slime_flashqla.errors import UserError
 def user_error_types() -> tuple[type[BaseException], ...]:
     """Exceptions `main` reports as the user's problem: the message alone, exit status 2."""
     from slime_flashqla.gdn.errors import FlashQLAUnavailableError
-    from slime_flashqla.kernels.archive import ArchiveError
+    from slime_flashqla.kernel_cache.archive import ArchiveError
 
     # ImportError: a kernel package that is not installed (the runtime's messages name its pip
     # package); ValueError: input the runtime refuses; OSError: a path that cannot be read or written;

@@ -58,7 +58,7 @@ def register(subparsers) -> None:
 
 def build_tasks(args):
     """The warm-up tasks the arguments describe (validated before anything runs)."""
-    from slime_flashqla.kernels.warmup import MAX_TOKENS, WARMUP_BACKENDS, WarmupTask, warmup_parts
+    from slime_flashqla.kernel_cache.warmup import MAX_TOKENS, WARMUP_BACKENDS, WarmupTask, warmup_parts
     from slime_flashqla.workload.heads import parse_heads
     from slime_flashqla.workload.models import model_rank_heads
 
@@ -86,7 +86,7 @@ def build_tasks(args):
 
 def parse_lengths(text: str) -> tuple[tuple[int, ...], ...]:
     """Parse `1000+3096,8192+24576` (bench gdn's shape grammar: `8192x4` too) into packed batches of lengths."""
-    from slime_flashqla.kernels.warmup import MAX_TOKENS
+    from slime_flashqla.kernel_cache.warmup import MAX_TOKENS
     from slime_flashqla.workload.lengths import ShapeError, parse_shapes
 
     try:
@@ -123,8 +123,8 @@ def run(args) -> int:
     """Warm the kernels, show progress, print a summary; non-zero if any configuration failed."""
     import os
 
-    from slime_flashqla.cli.output_paths import check_output_path, publish_atomically
-    from slime_flashqla.kernels.warmup import set_cache_dir
+    from slime_flashqla.files.output_paths import check_output_path, publish_atomically
+    from slime_flashqla.kernel_cache.warmup import set_cache_dir
 
     # Everything that can be refused is, in one line, before a process starts or a kernel compiles.
     tasks = build_tasks(args)
@@ -154,7 +154,7 @@ def run(args) -> int:
 
 
 def _run_with_progress(tasks, cache_dir, lengths, jobs: int, args):
-    from slime_flashqla.kernels.warmup import warm_up_all
+    from slime_flashqla.kernel_cache.warmup import warm_up_all
 
     kwargs = dict(jobs=jobs, force=args.force, device=args.device, lengths=lengths)
     try:

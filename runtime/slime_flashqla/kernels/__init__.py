@@ -1,11 +1,11 @@
-"""Kernel life cycle outside the kernels themselves: the on-disk cache, warm-up, imports, first step.
+"""Kernel life cycle beside the kernels themselves: where they are cached, imported and preloaded.
 
 - `cache`: where TileLang and Triton keep compiled kernels.
-- `archive`: move a warmed cache to another machine or image with the same GPU and software.
-- `warmup`: compile every kernel a training stream launches, once per node, under a file lock.
 - `imports`: import the kernel packages a layer will run, up front, timed.
-- `first_step`: time from a fresh process to its first GDN layer step.
+- `preload`: load the specialisations a warm-up recorded, on a thread, when a layer is built.
 - `compile_log`: count TileLang compiles and Triton compiles/autotunes as the libraries report them.
+- `cuda_toolchain`: the CUDA compiler TileLang compiles with, found by its own rule.
 
-Nothing here imports torch, fla, flash_qla, tilelang or triton at import time.
+Filling and moving the cache is `kernel_cache/`; timing a fresh process's first step is
+`bench/first_step.py`. Nothing here imports torch, fla, flash_qla, tilelang or triton at import time.
 """

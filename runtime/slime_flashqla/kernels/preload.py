@@ -21,6 +21,7 @@ turns it off; `=calls` preloads without the recorded programs (each one is built
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import logging
 import os
@@ -37,6 +38,7 @@ from slime_flashqla.kernels.cache import tilelang_cache_dir
 PRELOAD_ENV = "SLIME_FLASHQLA_PRELOAD"
 ON, CALLS, OFF = "on", "calls", "off"
 _MODES = {"": ON, "1": ON, "on": ON, "calls": CALLS, "0": OFF, "off": OFF}
+LAYER = "layer"  # the warm-up part that runs the GDN layer: what a layer preloads is what it recorded
 RECORD_DIR = "slime-flashqla-preload"  # in the TileLang cache directory, beside the kernels it names
 FORMAT = "slime-flashqla-preload/1"
 
@@ -67,7 +69,19 @@ def _source(backend: str):
     """The backend's source of recorded specialisations, or None (it keeps none)."""
     from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 
-    return KERNEL_BACKENDS[backend].specialisations
+    return _source_of(KERNEL_BACKENDS[backend].specialisations)
+
+
+@functools.cache
+def _source_of(declared):
+    """What a backend declares (a TileLangSource) as the object that records and loads its programs."""
+    from slime_flashqla.gdn.backends.base import TileLangSource
+
+    if isinstance(declared, TileLangSource):
+        from slime_flashqla.kernels.tilelang_specs import TileLangPackage
+
+        return TileLangPackage(declared.package, declared.distributions, declared.importer)
+    return declared  # None, or an object that already records and loads (the tests' stand-ins)
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -84,8 +98,6 @@ def recording(task, cache_dir):
     Never raises for the recording itself: a warm-up is not failed because its record could not
     be written (one warning line says so, and a later preload then has less to load).
     """
-    from slime_flashqla.kernels.warmup import LAYER
-
     source = _source(task.backend)
     # What a layer preloads is what the layer's own steps built. The forced kernel paths also
     # build what FlashQLA's choice never picked for a warmed pack; the state variants are
@@ -136,8 +148,6 @@ def recorded_specs(cache_dir, backend: str, key_heads: int, value_heads: int) ->
     A spec that more records hold (other dtypes, other token budgets) comes first, then each in
     the order its record lists it.
     """
-    from slime_flashqla.kernels.warmup import LAYER
-
     counts, first = Counter(), {}
     for path in sorted(record_dir(cache_dir).glob("*.json")):
         try:

@@ -351,10 +351,11 @@ class TileLangPackage:
 
     def stack(self) -> dict:
         """GPU architecture and the versions of `distributions` here."""
-        from slime_flashqla.kernels.archive import current_stack
+        from slime_flashqla.diagnostics.node import distribution_version, gpu_archs_and_names
 
-        here = current_stack()
-        return {"gpu_arch": here.gpu_arch, **{name: here.versions.get(name) for name in self.distributions}}
+        # The fields `cache export` fingerprints too, read the same way (diagnostics/node.py).
+        arch, _ = gpu_archs_and_names()
+        return {"gpu_arch": arch, **{name: distribution_version(name) for name in self.distributions}}
 
     def specialisations(self, specs: list[dict], cache_dir: Path, record_dir: Path, use_program: bool):
         """Import the package (as its backend does) and return the specs as loadable specialisations."""

@@ -22,7 +22,7 @@ from helpers.kernel_cache_files import (
     tilelang_entry_problems,
     triton_group_problems,
 )
-from slime_flashqla.kernels.archive import current_stack, export_archive, read_manifest
+from slime_flashqla.kernel_cache.archive import current_stack, export_archive, read_manifest
 
 
 def torch_cuda_available() -> bool:
@@ -247,7 +247,7 @@ def test_one_lock_per_directory_whatever_the_aliases(tmp_path):
 
 def test_cli_modules_import_nothing_heavy():
     code = (
-        "import sys; import slime_flashqla.cli.cache, slime_flashqla.kernels.archive; "
+        "import sys; import slime_flashqla.cli.cache, slime_flashqla.kernel_cache.archive; "
         "from slime_flashqla.cli import build_parser; build_parser(); "
         "print(sorted(m for m in ('torch', 'triton', 'tilelang', 'fla', 'flash_qla') if m in sys.modules))"
     )

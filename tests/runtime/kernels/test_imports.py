@@ -53,7 +53,7 @@ def test_auto_imports_only_what_it_picks_here():
 
 
 def test_import_seconds_are_itemised_by_package_from_a_real_importtime_run():
-    from slime_flashqla.kernels.first_step import OTHER, imports_by_package
+    from slime_flashqla.bench.first_step import OTHER, imports_by_package
 
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", "import json, email.mime.text, slime_flashqla.gdn.api"],

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 import pytest
 
 from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+from slime_flashqla.kernel_cache.warmup import WarmupTask
 from slime_flashqla.kernels import preload
 from slime_flashqla.kernels.preload import (
     Preloader,
@@ -26,7 +27,6 @@ from slime_flashqla.kernels.preload import (
     recording,
     start_kernel_preload,
 )
-from slime_flashqla.kernels.warmup import WarmupTask
 from slime_flashqla.workload.heads import HeadConfig
 
 STACK = {"gpu_arch": "sm_90", "kernels": "1.0"}

@@ -212,7 +212,7 @@ def test_a_kernel_recorded_by_warmup_is_preloaded_by_a_layer_process_without_a_c
         from slime_flashqla.gdn.backends import KERNEL_BACKENDS
         from slime_flashqla.kernels.preload import recording
         from slime_flashqla.kernels.tilelang_specs import jit_factories
-        from slime_flashqla.kernels.warmup import WarmupTask
+        from slime_flashqla.kernel_cache.warmup import WarmupTask
         from slime_flashqla.workload.heads import HeadConfig
         with recording(WarmupTask("flashqla", HeadConfig(16, 32)), cache):
             KERNEL_BACKENDS["flashqla"].kernel()

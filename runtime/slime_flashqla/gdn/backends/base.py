@@ -7,16 +7,25 @@ inside its methods, so the registry and the CLI's choices built from it import n
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slime_flashqla.gdn.packages import require
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import torch
 
     from slime_flashqla.gdn.inputs import GDNShape
+
+
+@dataclass(frozen=True)
+class TileLangSource:
+    """A backend built from `@tilelang.jit` factories: whose programs `warmup` records and a layer preloads."""
+
+    package: str  # import name, e.g. "flash_qla"
+    distributions: tuple[str, ...]  # whose versions decide whether a recorded program still fits
+    importer: Callable[[], object]  # imports the package the way its backend does
 
 
 class GDNBackend:
@@ -30,7 +39,7 @@ class GDNBackend:
     auto_priority: int | None = None
     supports_gva = True  # q/k may keep their own (smaller) head count
     unavailable_error: type[Exception] = RuntimeError
-    specialisations = None  # a source of recorded kernel specialisations to preload (kernels/preload.py)
+    specialisations: TileLangSource | None = None  # what kernels/preload.py may preload for it
     runs = "runs these inputs"  # how `supports` says yes
 
     def available(self, device=None, *, backward: bool = False) -> tuple[bool, str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from slime_flashqla.gdn.backends.base import GDNBackend
+from slime_flashqla.gdn.backends.base import GDNBackend, TileLangSource
 from slime_flashqla.gdn.errors import FlashQLAUnavailableError
 from slime_flashqla.gdn.packages import installed_version, is_installed
 from slime_flashqla.gdn.validation import describe_unmet, flashqla_runtime_status, validate_flashqla_runtime
@@ -104,12 +104,10 @@ class FlashQLABackend(GDNBackend):
         return {"no-cp": {"auto_cp": False}, "intra-cp": {"force_intra_cp": True}}
 
     @functools.cached_property
-    def specialisations(self):
+    def specialisations(self) -> TileLangSource:
         """FlashQLA's TileLang factories, as a source of what `warmup` records and a layer preloads."""
-        from slime_flashqla.kernels.tilelang_specs import TileLangPackage
-
         # TileLang and its TVM runtime build the programs; flash-qla's sources are what they build.
-        return TileLangPackage("flash_qla", ("flash-qla", "tilelang", "apache-tvm-ffi"), _flash_qla_kernel)
+        return TileLangSource("flash_qla", ("flash-qla", "tilelang", "apache-tvm-ffi"), _flash_qla_kernel)
 
     def library_fn(self):
         """flash_qla's own function, as FLA >= 0.6 forwards slime's call: it normalises q/k itself."""

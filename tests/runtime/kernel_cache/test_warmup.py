@@ -164,7 +164,7 @@ def test_parallel_jobs_cover_every_configuration(tmp_path):
 
 
 def test_flashqla_is_warmed_in_parts_one_per_forced_kernel_path():
-    from slime_flashqla.kernels.warmup import warmup_parts
+    from slime_flashqla.kernel_cache.warmup import warmup_parts
 
     assert warmup_parts("flashqla") == ["layer", "no-cp", "intra-cp", "no-cp+states", "intra-cp+states"]
     assert warmup_parts("fla") == ["layer", "kernel", "kernel+states"]
@@ -173,7 +173,7 @@ def test_flashqla_is_warmed_in_parts_one_per_forced_kernel_path():
 
 
 def test_coverage_packs_reach_every_sequence_count_and_the_budget():
-    from slime_flashqla.kernels.warmup import SEQUENCE_COUNTS, coverage_packs, stream_sample
+    from slime_flashqla.kernel_cache.warmup import SEQUENCE_COUNTS, coverage_packs, stream_sample
 
     packs = coverage_packs(32768)
     counts = {len(p) for p in packs}

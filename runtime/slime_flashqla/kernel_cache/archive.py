@@ -19,7 +19,7 @@ one filesystem; importers hold an exclusive file lock on each distinct destinati
 while they stage and publish. Nothing is written through a symbolic link already in the cache,
 and SIGTERM removes the staging directory as Ctrl-C does (a SIGKILLed importer's is removed by
 the next import). The export is written beside its path and renamed into place
-(cli/output_paths.py): onto a regular file or nothing, never onto a device, FIFO or directory.
+(files/output_paths.py): onto a regular file or nothing, never onto a device, FIFO or directory.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import contextlib
 import datetime
 import errno
 import hashlib
-import importlib.metadata
 import io
 import json
 import os
@@ -42,10 +41,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from stat import S_ISDIR, S_ISLNK
 
-from slime_flashqla.cli.output_paths import check_output_path, publish_atomically
-from slime_flashqla.cli.termination import sigterm_raises
+from slime_flashqla.files.output_paths import check_output_path, publish_atomically
+from slime_flashqla.files.termination import sigterm_raises
+from slime_flashqla.kernel_cache.warmup import LOCK_DIR, config_lock
 from slime_flashqla.kernels.cuda_toolchain import same_release, tilelang_nvcc_version
-from slime_flashqla.kernels.warmup import LOCK_DIR, config_lock
 
 FORMAT = "slime-flashqla-kernel-cache/1"
 MANIFEST_NAME = "slime-flashqla-manifest.json"
@@ -142,39 +141,22 @@ class ImportResult:
     forced_mismatches: list = field(default_factory=list)
 
 
-def _distribution_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _gpu() -> tuple[str, str]:
-    import torch
-
-    if not torch.cuda.is_available():
-        return "none", "none"
-    archs, names = set(), []
-    for index in range(torch.cuda.device_count()):
-        major, minor = torch.cuda.get_device_capability(index)
-        archs.add(f"sm_{major}{minor}")
-        name = torch.cuda.get_device_name(index)
-        if name not in names:
-            names.append(name)
-    return ",".join(sorted(archs)), ", ".join(names)
-
-
 def current_stack() -> Stack:
     """This machine's stack: GPU and driver (via torch, nvidia-smi), versions (package metadata), TileLang's nvcc."""
     import torch
 
-    from slime_flashqla.diagnostics.node import driver_cuda, nvidia_smi_driver
+    from slime_flashqla.diagnostics.node import (
+        distribution_version,
+        driver_cuda,
+        gpu_archs_and_names,
+        nvidia_smi_driver,
+    )
 
-    versions = {name: _distribution_version(name) for name in VERSION_DISTRIBUTIONS}
+    versions = {name: distribution_version(name) for name in VERSION_DISTRIBUTIONS}
     versions["torch.cuda"] = torch.version.cuda
     versions["python"] = f"{sys.version_info[0]}.{sys.version_info[1]}"
     versions["machine"] = platform.machine()
-    arch, name = _gpu()
+    arch, name = gpu_archs_and_names()
     cuda = arch != "none"
     driver = (nvidia_smi_driver(), driver_cuda()) if cuda else (None, None)
     return Stack(arch, name, versions, nvcc=tilelang_nvcc_version(), driver=driver[0], driver_cuda=driver[1])

@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers.kernel_cache_files import make_caches, rewrite
-from slime_flashqla.kernels import cuda_toolchain
-from slime_flashqla.kernels.archive import (
+from slime_flashqla.kernel_cache.archive import (
     StackMismatch,
     current_stack,
     export_archive,
@@ -28,6 +27,7 @@ from slime_flashqla.kernels.archive import (
     read_manifest,
     stack_mismatches,
 )
+from slime_flashqla.kernels import cuda_toolchain
 
 NVCC_OUTPUT = """nvcc: NVIDIA (R) Cuda compiler driver
 Copyright (c) 2005-2025 NVIDIA Corporation

@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from slime_flashqla.cli.termination import sigterm_raises
+from slime_flashqla.files.termination import sigterm_raises
 
 _TEMP = ".{name}.{pid}.{token}.tmp"
 _KINDS = (

@@ -1,6 +1,6 @@
 """Time to the first GDN layer forward+backward in a fresh process (cold vs warm kernel cache).
 
-`python -m slime_flashqla.kernels.first_step --backend flashqla --heads 16/32 --lengths 8192+24576`
+`python -m slime_flashqla.bench.first_step --backend flashqla --heads 16/32 --lengths 8192+24576`
 starts a new Python process that imports torch and the kernel packages, builds a Qwen3-Next
 GDN layer and runs one forward+backward. It reports the time from the process start to the
 end of that step (`to_first_step_s`), the first forward+backward alone (`first_fwd_bwd_s`),

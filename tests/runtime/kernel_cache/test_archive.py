@@ -25,8 +25,14 @@ from helpers.kernel_cache_files import (
     tilelang_entry_problems,
     triton_group_problems,
 )
-from slime_flashqla.kernels import archive
-from slime_flashqla.kernels.archive import ArchiveError, StackMismatch, current_stack, export_archive, import_archive
+from slime_flashqla.kernel_cache import archive
+from slime_flashqla.kernel_cache.archive import (
+    ArchiveError,
+    StackMismatch,
+    current_stack,
+    export_archive,
+    import_archive,
+)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_flashqla.cli.output_paths import OutputPathError, check_output_path, publish_atomically
+from slime_flashqla.files.output_paths import OutputPathError, check_output_path, publish_atomically
 
 
 def leftovers(directory: Path) -> list[str]:
@@ -162,8 +162,8 @@ def test_temps_of_dead_processes_are_swept_and_others_kept(tmp_path):
 CHILD = """
 import sys, time
 from pathlib import Path
-from slime_flashqla.cli.output_paths import publish_atomically
-from slime_flashqla.cli.termination import Terminated
+from slime_flashqla.files.output_paths import publish_atomically
+from slime_flashqla.files.termination import Terminated
 
 out, ready = Path(sys.argv[1]), Path(sys.argv[2])
 

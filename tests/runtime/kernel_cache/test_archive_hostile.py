@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from helpers.kernel_cache_files import files_under, make_caches, rewrite, temp_leftovers
-from slime_flashqla.kernels import archive
-from slime_flashqla.kernels.archive import ArchiveError, export_archive, import_archive
+from slime_flashqla.kernel_cache import archive
+from slime_flashqla.kernel_cache.archive import ArchiveError, export_archive, import_archive
 
 
 def cache_cli(*args, **kwargs):

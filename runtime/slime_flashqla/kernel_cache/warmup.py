@@ -28,7 +28,7 @@ from pathlib import Path
 
 from slime_flashqla.gdn.names import KERNEL_BACKEND_NAMES
 from slime_flashqla.kernels.cache import CACHE_ENV, tilelang_cache_dir
-from slime_flashqla.kernels.preload import recording
+from slime_flashqla.kernels.preload import LAYER, recording
 from slime_flashqla.workload.heads import HeadConfig
 from slime_flashqla.workload.lengths import packed_offsets
 
@@ -44,7 +44,6 @@ MAX_TOKENS = 2**22
 SEQUENCE_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 COVERAGE_TOKENS = 8192  # tokens of a counted pack: enough for every count, cheap once compiled
 STREAM_SAMPLE = 24  # packs of the RL-like stream (workload/packs.py) the layer part also runs
-LAYER = "layer"
 STATES = "+states"
 LOCK_DIR = "slime-flashqla-locks"
 
