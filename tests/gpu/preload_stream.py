@@ -68,8 +68,8 @@ def child(job_path: str) -> int:
     from slime_flashqla.bench.stream import summarize
     from slime_flashqla.bench.stream_worker import StreamJob, run_job
 
-    job = StreamJob(**json.loads(Path(job_path).read_text()))
-    result = {"job": asdict(job), **run_job(job)}
+    job = StreamJob.from_json(json.loads(Path(job_path).read_text()))
+    result = {"job": job.to_json(), **run_job(job)}
     from slime_flashqla.kernels import preload
 
     preloads = []
@@ -114,7 +114,7 @@ def timeline(args) -> int:
                 job = plan.job(plan.variants[0], heads, result)
                 job.spawned = time.time()
                 job_path = Path(job.result).with_suffix(".job.json")
-                job_path.write_text(json.dumps(asdict(job)))
+                job_path.write_text(json.dumps(job.to_json()))
                 env = {**os.environ, "SLIME_FLASHQLA_PRELOAD": mode, "PYTHONUNBUFFERED": "1"}
                 done = subprocess.run([sys.executable, __file__, "_child", str(job_path)], env=env, timeout=900)
                 if done.returncode:

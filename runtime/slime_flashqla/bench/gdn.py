@@ -31,11 +31,17 @@ from slime_flashqla.bench.gdn_shapes import (
     DEFAULT_SHAPES,
     TP_HEADS,
 )
-from slime_flashqla.bench.options import check_bounds, check_seed, output_paths, parse_device, write_output
+from slime_flashqla.bench.options import (
+    check_bounds,
+    check_seed,
+    layer_setup,
+    output_paths,
+    parse_device,
+    write_output,
+)
 from slime_flashqla.bench.report import environment
 from slime_flashqla.bench.variants import (
     DEFAULT_VARIANTS,
-    LAYER_MODELS,
     VARIANTS,
     Variant,
     build_layer,
@@ -51,12 +57,12 @@ from slime_flashqla.gdn.names import AUTO
 from slime_flashqla.terminal import print_table, table_console
 from slime_flashqla.workload.heads import HeadConfig, HeadConfigError, parse_heads
 from slime_flashqla.workload.lengths import ShapeError, ShapeSpec, parse_shapes
+from slime_flashqla.workload.setup import DTYPES, LAYER_MODELS, LayerSetup
 
 LEVELS = ("kernel", "layer")
 MODES = ("fwd", "fwd+bwd")
 BASELINE = "fla-repeat"
 AUTO_TARGET = 1.03  # auto should be within 3% of the fastest variant of its group
-DTYPES = ("bfloat16", "float16", "float32")
 TIMINGS = ("device", "queued")
 MAX_CALLS = 100_000  # timed or warm-up calls per row: more is a run of days, not a benchmark
 
@@ -69,22 +75,16 @@ class BenchInputError(UserError, ValueError):
 class Plan:
     """Everything a run measures, parsed and checked."""
 
-    device: object  # torch.device
+    setup: LayerSetup  # device, dtype (bfloat16 on a GPU, float32 on the CPU by default), sizes, seed, layer class
     levels: list[str]
     shapes: list[ShapeSpec]
     heads: list[HeadConfig]
     variants: list[Variant]
     modes: list[str]
-    dtype: str  # of q/k/v and the layer: bfloat16 (GPU default), float16, float32 (CPU default)
-    head_dim: int
-    hidden_size: int
     warmup: int
     iters: int
-    seed: int
     rounds: int = 1
     timing: str = "device"  # on a GPU: device (host queued ahead) or queued (see bench.timing)
-    layer_model: str = "qwen3-next"  # which GDN layer class the layer level times
-    slime_source: str | None = None  # slime's checkout for the slime-layer-* variants
 
     @property
     def rounds_used(self) -> int:
@@ -260,22 +260,16 @@ def build_plan(args: argparse.Namespace) -> Plan:
     check_seed(BenchInputError, args.seed)
     device = parse_device(args.device, BenchInputError)
     return Plan(
-        device=device,
+        setup=layer_setup(args, device),
         levels=_choose(args.levels, LEVELS, "level"),
         shapes=shapes,
         heads=heads,
         variants=[VARIANTS[name] for name in names],
         modes=_choose(args.modes, MODES, "mode"),
-        dtype=args.dtype or ("bfloat16" if device.type == "cuda" else "float32"),
-        head_dim=args.head_dim,
-        hidden_size=args.hidden_size,
         warmup=args.warmup,
         iters=args.iters,
         rounds=args.rounds,
-        seed=args.seed,
         timing=args.timing,
-        layer_model=args.layer_model,
-        slime_source=args.slime_source,
     )
 
 
@@ -288,7 +282,9 @@ def find_problems(plan: Plan) -> dict[tuple[str, str], str]:
     for variant in plan.variants:
         levels = [level for level in plan.levels if level in variant.levels]
         for mode in plan.modes:
-            reason = variant_problem(variant, mode, plan, level=levels[0] if levels else plan.levels[0])
+            # One check per variant and mode: the first head config stands for the others.
+            level = levels[0] if levels else plan.levels[0]
+            reason = variant_problem(variant, mode, plan.heads[0], plan.setup, level=level)
             if reason:
                 problems[(variant.name, mode)] = reason
     return problems
@@ -303,18 +299,18 @@ def _auto_choice(auto, row: Row, plan: Plan, backward: bool):
 
     from slime_flashqla.gdn import GDNShape
 
-    dim = plan.head_dim
+    dim = plan.setup.head_dim
     shape = GDNShape(1, row.tokens, row.key_heads, row.value_heads, dim, dim, len(row.lengths), True)
-    return auto.choice_for(shape, getattr(torch, plan.dtype), plan.device, backward)
+    return auto.choice_for(shape, getattr(torch, plan.setup.dtype), torch.device(plan.setup.device), backward)
 
 
-def _free_memory(device) -> None:
+def _free_memory(setup: LayerSetup) -> None:
     import gc
 
     import torch
 
     gc.collect()
-    if device.type == "cuda":
+    if setup.device_type == "cuda":
         torch.cuda.empty_cache()
 
 
@@ -341,7 +337,7 @@ def _prepare(level: str, variant: Variant, heads: HeadConfig, inputs: dict, back
         return kernel_call(fn, inputs, backward), backend_fn
     key = (heads, variant.name)
     if key not in layers:
-        layers[key] = build_layer(variant, heads, plan)
+        layers[key] = build_layer(variant, heads, plan.setup)
     return layer_call(layers[key], inputs, backward), layers[key].chunk_gated_delta_rule
 
 
@@ -358,19 +354,22 @@ def round_sizes(iters: int, rounds: int) -> list[int]:
 
 def _time_group(entries: list, plan: Plan) -> None:
     """Time every (row, call) of one group in interleaved rounds and fill each row's timing."""
+    import torch
+
     from slime_flashqla.bench.timing import device_samples, samples, summarize
 
+    device = torch.device(plan.setup.device)
     taken: dict[int, list[float]] = {id(row): [] for row, _ in entries}
     host: dict[int, list[float]] = {id(row): [] for row, _ in entries}
     host_bound: dict[int, int] = {id(row): 0 for row, _ in entries}
-    ahead = plan.device.type == "cuda" and plan.timing == "device"
+    ahead = device.type == "cuda" and plan.timing == "device"
 
     def measure(row, call, size: int) -> None:
         if not ahead:
-            taken[id(row)].extend(samples(call, plan.device, size))
+            taken[id(row)].extend(samples(call, device, size))
             return
         # The last round's host time sizes the next hold; 1 ms per call to begin with.
-        result = device_samples(call, plan.device, size, host[id(row)][-1] if host[id(row)] else 1.0)
+        result = device_samples(call, device, size, host[id(row)][-1] if host[id(row)] else 1.0)
         taken[id(row)].extend(result.device_ms)
         host[id(row)].append(result.host_ms)
         host_bound[id(row)] += not result.ahead
@@ -387,17 +386,17 @@ def _time_group(entries: list, plan: Plan) -> None:
                 measure(row, call, size)
             except Exception as error:  # one failing variant must not lose the rest of the group
                 row.status, row.reason = "error", _error_reason(error)
-                _free_memory(plan.device)
+                _free_memory(plan.setup)
         live = [(row, call) for row, call in live if row.status == "ok"]
     for row, call in live:
-        if row.level == "layer" and plan.device.type == "cuda":
-            row.peak_mib = _peak_mib(call, plan.device)
+        if row.level == "layer" and device.type == "cuda":
+            row.peak_mib = _peak_mib(call, device)
     for row, _ in entries:
         if row.status != "ok":
             continue
         timing = summarize(
             taken[id(row)],
-            plan.device,
+            device,
             warmup=plan.warmup,
             host_ms=host[id(row)] if ahead else None,
             host_bound_rounds=host_bound[id(row)],
@@ -422,12 +421,18 @@ def _peak_mib(call, device) -> float:
 
 def _run_group(level, shape, heads, mode, inputs, layers, plan, problems) -> list[Row]:
     """Prepare and warm every variant of one group, then time them together."""
+    import torch
+
     from slime_flashqla.bench.timing import warm
 
+    device = torch.device(plan.setup.device)
     backward = mode == "fwd+bwd"
     rows, entries = [], []
     for variant in plan.variants:
-        reason = problems.get((variant.name, mode)) or variant_problem(variant, mode, plan, level=level)
+        # The first head config, as in find_problems: this call adds only the group's level.
+        reason = problems.get((variant.name, mode)) or variant_problem(
+            variant, mode, plan.heads[0], plan.setup, level=level
+        )
         if reason:
             rows.append(_row(level, shape, heads, mode, variant, status="skipped", reason=reason))
             continue
@@ -436,10 +441,10 @@ def _run_group(level, shape, heads, mode, inputs, layers, plan, problems) -> lis
         backend_fn = None
         try:
             call, backend_fn = _prepare(level, variant, heads, inputs, backward, layers, plan)
-            warm(call, plan.device, plan.warmup)
+            warm(call, device, plan.warmup)
         except Exception as error:  # OOM, a kernel error: record it and go on with the others
             row.status, row.reason = "error", _error_reason(error)
-            _free_memory(plan.device)
+            _free_memory(plan.setup)
             continue
         entries.append((row, call))
         if variant.backend == AUTO:
@@ -455,7 +460,7 @@ def run_plan(plan: Plan, problems: dict[tuple[str, str], str], progress) -> list
         layers: dict[tuple, object] = {}  # built once per (heads, variant), reused across shapes
         for shape in plan.shapes:
             for heads in plan.heads:
-                inputs = random_inputs(shape.lengths, plan, heads, level)
+                inputs = random_inputs(shape.lengths, heads, plan.setup, level)
                 for mode in plan.modes:
                     group = _run_group(level, shape, heads, mode, inputs, layers, plan, problems)
                     for row in group:
@@ -463,9 +468,9 @@ def run_plan(plan: Plan, problems: dict[tuple[str, str], str], progress) -> list
                             progress(row)
                     rows += group
                 del inputs
-                _free_memory(plan.device)
+                _free_memory(plan.setup)
         layers.clear()
-        _free_memory(plan.device)
+        _free_memory(plan.setup)
     return rows
 
 
@@ -531,14 +536,14 @@ def settings(plan: Plan) -> dict:
         "heads": [heads.label for heads in plan.heads],
         "variants": [variant.name for variant in plan.variants],
         "modes": plan.modes,
-        "head_dim": plan.head_dim,
-        "hidden_size": plan.hidden_size,
+        "head_dim": plan.setup.head_dim,
+        "hidden_size": plan.setup.hidden_size,
         "warmup": plan.warmup,
         "iters": plan.iters,
         "rounds": plan.rounds_used,
-        "timing": plan.timing if plan.device.type == "cuda" else "perf_counter",
-        "seed": plan.seed,
-        "dtype": f"{plan.dtype} q/k/v/beta and layer, float32 g",
+        "timing": plan.timing if plan.setup.device_type == "cuda" else "perf_counter",
+        "seed": plan.setup.seed,
+        "dtype": f"{plan.setup.dtype} q/k/v/beta and layer, float32 g",
         "use_qk_l2norm_in_kernel": True,
         "auto_target": AUTO_TARGET,
     }
@@ -594,12 +599,12 @@ def _print_plan(plan: Plan, problems: dict) -> None:
         for heads in plan.heads:
             for mode in plan.modes:
                 choice = explain_auto(
-                    plan.device,
-                    dtype=getattr(torch, plan.dtype),
+                    torch.device(plan.setup.device),
+                    dtype=getattr(torch, plan.setup.dtype),
                     key_heads=heads.key_heads,
                     value_heads=heads.value_heads,
-                    key_dim=plan.head_dim,
-                    value_dim=plan.head_dim,
+                    key_dim=plan.setup.head_dim,
+                    value_dim=plan.setup.head_dim,
                     backward=mode == "fwd+bwd",
                 )
                 print(f"  auto {heads.label} {mode} -> {choice.backend}: {choice.reason}")
@@ -630,16 +635,17 @@ def main(args: argparse.Namespace) -> int:
             "pass --skip-unavailable to benchmark the others, or choose --variants"
         )
     _print_plan(plan, problems)
-    if plan.device.type == "cuda" and plan.iters < 20:
+    if plan.setup.device_type == "cuda" and plan.iters < 20:
         print(f"bench gdn: note: --iters {plan.iters} < 20 timed calls per row; the medians will be noisy")
     if args.dry_run:
         return 0
     import torch
 
-    if plan.device.type == "cuda":
-        torch.cuda.set_device(plan.device)
+    device = torch.device(plan.setup.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     console = table_console(args.plain)
-    env = environment(plan.device, "slime_flashqla.bench.gdn")
+    env = environment(device, "slime_flashqla.bench.gdn")
     runnable = plan.num_rows - len(problems) * len(plan.levels) * len(plan.shapes) * len(plan.heads)
     done: list[Row] = []
     with _progress(runnable, console) as progress:

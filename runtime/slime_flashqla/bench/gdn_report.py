@@ -108,7 +108,7 @@ def auto_cells(summary: list[dict]) -> list[list[str]]:
 
 
 def _timing_sentence(plan: Plan) -> str:
-    if plan.device.type != "cuda":
+    if plan.setup.device_type != "cuda":
         return "host clock (perf_counter) per call."
     if plan.timing == "device":
         return (
@@ -122,11 +122,12 @@ def markdown_report(rows: list[Row], summary: list[dict], env: dict, plan: Plan)
     """The tables as markdown, headed by the GPU, versions, date and command."""
     packages = ", ".join(f"{name} {version or 'not installed'}" for name, version in env["packages"].items())
     where = env["gpu"] or f"CPU ({env['cpu']})"
+    setup = plan.setup
     lines = [
         f"### GDN benchmark: {where}, {env['date']}",
         "",
-        f"torch {env['torch']} (CUDA {env['torch_cuda']}), {packages}; {plan.dtype}, K = V = {plan.head_dim}, "
-        f"layer hidden {plan.hidden_size}; median of {plan.iters} calls after {plan.warmup} warm-up calls, "
+        f"torch {env['torch']} (CUDA {env['torch_cuda']}), {packages}; {setup.dtype}, K = V = {setup.head_dim}, "
+        f"layer hidden {setup.hidden_size}; median of {plan.iters} calls after {plan.warmup} warm-up calls, "
         f"in {plan.rounds_used} rounds that interleave the variants of a shape; {_timing_sentence(plan)}",
         "",
         f"Command: `{env['command']}`",

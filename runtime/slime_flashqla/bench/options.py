@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-# torch.Generator.manual_seed takes an unsigned 64-bit seed (random.Random any integer).
-MAX_SEED = 2**64 - 1
+from slime_flashqla.workload.setup import MAX_SEED, LayerSetup
+
 # The formats --plot writes, by the name's suffix (matplotlib would add `.png` to any other name).
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -34,6 +34,19 @@ def parse_device(text: str | None, error_type: type[Exception]):
     if index >= torch.cuda.device_count():
         raise error_type(f"--device {text}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return torch.device("cuda", index)
+
+
+def layer_setup(args, device) -> LayerSetup:
+    """The LayerSetup of the options both benchmarks share, on `device` (a torch.device from parse_device)."""
+    return LayerSetup(
+        device=str(device),
+        dtype=args.dtype or ("bfloat16" if device.type == "cuda" else "float32"),  # bf16 convs are slow on a CPU
+        head_dim=args.head_dim,
+        hidden_size=args.hidden_size,
+        seed=args.seed,
+        layer_model=args.layer_model,
+        slime_source=args.slime_source,
+    )
 
 
 def check_bounds(error: type[Exception], *bounds: tuple[str, float, float, float | None]) -> None:

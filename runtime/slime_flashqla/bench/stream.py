@@ -21,11 +21,18 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from slime_flashqla.bench.options import check_bounds, check_seed, output_paths, parse_device, write_output
+from slime_flashqla.bench.options import (
+    check_bounds,
+    check_seed,
+    layer_setup,
+    output_paths,
+    parse_device,
+    write_output,
+)
 from slime_flashqla.bench.report import environment
 from slime_flashqla.bench.stream_progress import ProgressFile, StreamProgress
 from slime_flashqla.bench.stream_worker import StreamJob
-from slime_flashqla.bench.variants import LAYER_MODELS, VARIANTS, Variant, variant_problem
+from slime_flashqla.bench.variants import VARIANTS, Variant, variant_problem
 from slime_flashqla.errors import UserError
 from slime_flashqla.gdn.names import BACKENDS
 from slime_flashqla.terminal import print_table, table_console
@@ -40,6 +47,7 @@ from slime_flashqla.workload.packs import (
     PackError,
     derived_lengths,
 )
+from slime_flashqla.workload.setup import DTYPES, LAYER_MODELS, LayerSetup
 
 LEVELS = ("layer", "kernel")
 # Ours and slime's two paths. A layer: slime's own layer class with --qwen-gdn-backend flashqla and
@@ -65,20 +73,14 @@ class StreamInputError(UserError, ValueError):
 class StreamPlan:
     """The parsed options of one run."""
 
-    device: object  # torch.device
+    setup: LayerSetup  # device, dtype, sizes, seed (also the packs'), the layer class --level layer runs
     level: str
     heads: list[HeadConfig]
     variants: list[Variant]
     steps: int
     packs: PackDistribution
-    dtype: str
-    head_dim: int
-    hidden_size: int
-    seed: int
     cache_dir: str | None = None
     timeout: float = 3600.0
-    layer_model: str = "qwen3-next"  # the GDN layer class --level layer runs
-    slime_source: str | None = None  # slime's checkout for the slime-layer-* variants
     jobs: list[StreamJob] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # variant -> why it cannot run here
     outputs: dict[str, Path] = field(default_factory=dict)  # --json/--plot -> the file it writes, checked
@@ -91,16 +93,10 @@ class StreamPlan:
             heads=heads.label,
             steps=self.steps,
             packs=asdict(self.packs),
-            device=str(self.device),
-            dtype=self.dtype,
-            head_dim=self.head_dim,
-            hidden_size=self.hidden_size,
-            seed=self.seed,
+            setup=self.setup,
             spawned=0.0,
             result=str(result),
             env=dict(variant.env),
-            layer_model=self.layer_model,
-            slime_source=self.slime_source,
         )
 
 
@@ -154,7 +150,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the packs, inputs and weights, 0 to 2**64-1 (default 0)"
     )
-    parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="default bf16 on GPU, fp32 on CPU")
+    parser.add_argument("--dtype", choices=DTYPES, help="default bf16 on GPU, fp32 on CPU")
     parser.add_argument("--head-dim", type=int, default=128, help="K = V head size (default 128)")
     parser.add_argument("--hidden-size", type=int, default=2048, help="layer hidden size (default 2048)")
     parser.add_argument(
@@ -241,21 +237,15 @@ def build_plan(args: argparse.Namespace) -> StreamPlan:
     device = parse_device(args.device, StreamInputError)
     outputs = output_paths(args, StreamInputError, ("json", "plot"))
     return StreamPlan(
-        device=device,
+        setup=layer_setup(args, device),
         level=args.level,
         heads=_heads(args),
         variants=_variants(args),
         steps=args.steps,
         packs=packs,
-        dtype=args.dtype or ("bfloat16" if device.type == "cuda" else "float32"),
-        head_dim=args.head_dim,
-        hidden_size=args.hidden_size,
-        seed=args.seed,
         cache_dir=args.cache_dir,
         timeout=args.timeout,
         outputs=outputs,
-        layer_model=args.layer_model,
-        slime_source=args.slime_source,
     )
 
 
@@ -266,7 +256,7 @@ def _problems(plan: StreamPlan) -> dict[str, str]:
         saved = {name: os.environ.get(name) for name, _ in variant.env}
         os.environ.update(variant.env)  # as its worker will run it
         try:
-            reason = variant_problem(variant, "fwd+bwd", plan, level=plan.level)
+            reason = variant_problem(variant, "fwd+bwd", plan.heads[0], plan.setup, level=plan.level)
         finally:
             for name, value in saved.items():
                 if value is None:
@@ -292,7 +282,7 @@ def run_worker(job: StreamJob, log_path: Path, timeout: float, cache_dir: str | 
     progress = ProgressFile(Path(job.progress))
     with open(log_path, "w") as log:
         job.spawned = time.time()
-        job_path.write_text(json.dumps(asdict(job)))
+        job_path.write_text(json.dumps(job.to_json()))
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             returncode = _wait(process, timeout, progress, on_step or (lambda index, seconds: None))
@@ -486,14 +476,16 @@ def main(args: argparse.Namespace) -> int:
     tokens = [sum(p) for p in packs]
     print(
         f"bench stream: {plan.steps} {plan.level} steps per variant, packs of {min(tokens)}-{max(tokens)} tokens "
-        f"in {min(map(len, packs))}-{max(map(len, packs))} sequences (seed {plan.seed}); variants "
+        f"in {min(map(len, packs))}-{max(map(len, packs))} sequences (seed {plan.setup.seed}); variants "
         f"{', '.join(v.name for v in plan.variants)}; heads {', '.join(h.label for h in plan.heads)}",
         flush=True,
     )
     for name, reason in problems.items():
         print(f"  skipped {name}: {reason}", flush=True)
+    import torch
+
     console = table_console(args.plain)
-    env = environment(plan.device, "slime_flashqla.bench.stream")
+    env = environment(torch.device(plan.setup.device), "slime_flashqla.bench.stream")
     workdir = tempfile.TemporaryDirectory(prefix="slime-flashqla-stream-")
     with workdir as tmp, StreamProgress(console, plan.steps) as progress:
         steps, summary = run_plan(plan, Path(tmp), progress)
@@ -508,9 +500,9 @@ def main(args: argparse.Namespace) -> int:
                 **asdict(plan.packs),
                 "steps": plan.steps,
                 "level": plan.level,
-                "dtype": plan.dtype,
-                "head_dim": plan.head_dim,
-                "hidden_size": plan.hidden_size,
+                "dtype": plan.setup.dtype,
+                "head_dim": plan.setup.head_dim,
+                "hidden_size": plan.setup.hidden_size,
                 "stall_factor": STALL_FACTOR,
             },
             "steps": [{k: v for k, v in step.items() if k != "events"} for step in steps],

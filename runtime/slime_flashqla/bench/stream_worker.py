@@ -15,6 +15,8 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 
+from slime_flashqla.workload.setup import LayerSetup
+
 
 @dataclass
 class StreamJob:
@@ -25,31 +27,20 @@ class StreamJob:
     heads: str  # "Hk/Hv"
     steps: int
     packs: dict  # PackDistribution fields
-    device: str
-    dtype: str
-    head_dim: int
-    hidden_size: int
-    seed: int
+    setup: LayerSetup  # nested in the JSON as LayerSetup.to_json writes it
     spawned: float  # the parent's time.time() just before it started this process
     result: str  # where the worker writes its JSON result
     env: dict = field(default_factory=dict)  # set by the parent for this variant (for the report)
     progress: str = ""  # where the worker appends each finished step (bench/stream_progress.py), if set
-    layer_model: str = "qwen3-next"
-    slime_source: str | None = None
 
+    def to_json(self) -> dict:
+        """The job as a JSON-ready dict, its setup nested (from_json reads it back)."""
+        return asdict(self)
 
-@dataclass
-class _Plan:
-    """The plan-like object the bench variants build layers and inputs from."""
-
-    device: object
-    dtype: str
-    head_dim: int
-    hidden_size: int
-    seed: int
-    heads: list
-    layer_model: str = "qwen3-next"
-    slime_source: str | None = None
+    @classmethod
+    def from_json(cls, data: dict) -> StreamJob:
+        """The job a to_json dict describes (LayerSetupError for a bad setup, TypeError for an unknown field)."""
+        return cls(**{**data, "setup": LayerSetup.from_json(data["setup"])})
 
 
 def _events(events) -> list[dict]:
@@ -68,15 +59,14 @@ def run_job(job: StreamJob) -> dict:
     from slime_flashqla.workload.heads import parse_head_config
     from slime_flashqla.workload.packs import PackDistribution
 
-    device = torch.device(job.device)
+    device = torch.device(job.setup.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     heads = parse_head_config(job.heads)
-    plan = _Plan(device, job.dtype, job.head_dim, job.hidden_size, job.seed, [heads], job.layer_model, job.slime_source)
     variant = VARIANTS[job.variant]
     packs = PackDistribution(**job.packs).packs(job.steps)
     if job.level == "layer":
-        layer = build_layer(variant, heads, plan)
+        layer = build_layer(variant, heads, job.setup)
 
         def prepare(inputs):
             return layer_call(layer, inputs, True)
@@ -90,13 +80,13 @@ def run_job(job: StreamJob) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    generator = torch.Generator(device=device).manual_seed(job.seed)
+    generator = torch.Generator(device=device).manual_seed(job.setup.seed)
     setup_events = log.take()
     steps, first_step_end = [], None
     with open(job.progress, "a") if job.progress else contextlib.nullcontext() as progress:
         for index, lengths in enumerate(packs):
             # A training step's inputs exist before its forward starts: made and settled outside the clock.
-            call = prepare(random_inputs(lengths, plan, heads, job.level, generator))
+            call = prepare(random_inputs(lengths, heads, job.setup, job.level, generator))
             sync()
             if device.type == "cuda":
                 base = torch.cuda.memory_allocated(device)
@@ -132,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the job named on the command line; write its result (or its error) to the job's result path."""
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0]) as handle:
-        job = StreamJob(**json.load(handle))
+        job = StreamJob.from_json(json.load(handle))
     try:
         result = run_job(job)
         code = 0
@@ -142,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         result = {"error": f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"}
         code = 1
     with open(job.result, "w") as handle:
-        json.dump({"job": asdict(job), **result}, handle)
+        json.dump({"job": job.to_json(), **result}, handle)
     return code
 
 

@@ -1,9 +1,9 @@
 """The variants a GDN benchmark compares, and how each one is called at kernel and layer level.
 
 A variant is a backend plus how q/k reach it (repeated to Hv heads, as slime's layers do
-today, or grouped). `bench gdn` and `bench stream` share these; a plan here is any object
-with `device`, `dtype`, `head_dim`, `hidden_size`, `seed` and `heads`, and optionally
-`layer_model` (qwen3-next, the default, or qwen3.5) and `slime_source` (a slime checkout).
+today, or grouped). `bench gdn` and `bench stream` share these; layers and inputs are built
+for one head configuration from one LayerSetup (workload.setup: device, dtype, sizes, seed,
+layer class, slime's checkout).
 The `slime-layer-*` variants run slime's own layer classes, imported from slime's source
 (integrations.slime), with this package's layer's weights copied in by parameter name.
 """
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from slime_flashqla.gdn.names import AUTO
 from slime_flashqla.workload.heads import HeadConfig
+from slime_flashqla.workload.setup import LayerSetup
 
 CONV_KERNEL = 4  # Qwen3-Next's linear_conv_kernel_dim
 
@@ -91,18 +92,19 @@ VARIANTS = {
 DEFAULT_VARIANTS = ("fla-repeat", "fla-gva", "flashqla-repeat", "flashqla-gva", "auto")
 
 
-LAYER_MODELS = ("qwen3-next", "qwen3.5")
 # bf16 weights and activations through two implementations of the same layer (FLA's conv and norm
 # round once, ours where torch's reference does): about 1e-2 apart; a wrong layout errs by O(1).
 SLIME_PARITY_TOLERANCE = 3e-2
 
 
-def variant_problem(variant: Variant, mode: str, plan, level: str | None = None) -> str | None:
-    """Why `variant` cannot run `mode` on this machine, or None (imports the backend, launches nothing)."""
+def variant_problem(
+    variant: Variant, mode: str, heads: HeadConfig, setup: LayerSetup, level: str | None = None
+) -> str | None:
+    """Why `variant` cannot run `mode` for `heads` on this machine, or None (imports the backend, launches nothing)."""
     if level is not None and level not in variant.levels:
         return f"{variant.name} runs at the {' and '.join(variant.levels)} level only"
     if variant.slime_layer:
-        problem = slime_layer_problem(plan)
+        problem = slime_layer_problem(setup)
         if problem:
             return problem
     if variant.backend == AUTO:  # auto always has a fallback; rows record what it picked
@@ -116,27 +118,25 @@ def variant_problem(variant: Variant, mode: str, plan, level: str | None = None)
         get_chunk_gated_delta_rule(variant.backend)
     except (ImportError, RuntimeError) as error:  # a missing package, FlashQLAUnavailableError
         return str(error)
-    heads = plan.heads[0]
-    shape = GDNShape(1, 64, heads.key_heads, heads.value_heads, plan.head_dim, plan.head_dim, 1, True)
-    dtype = getattr(torch, plan.dtype)
+    shape = GDNShape(1, 64, heads.key_heads, heads.value_heads, setup.head_dim, setup.head_dim, 1, True)
     backend = KERNEL_BACKENDS[variant.backend]
-    ok, why = backend.supports(shape, dtype, plan.device, mode == "fwd+bwd")
+    ok, why = backend.supports(shape, getattr(torch, setup.dtype), torch.device(setup.device), mode == "fwd+bwd")
     return why if not ok else backend.library_problem(variant.direct)
 
 
-def slime_layer_problem(plan) -> str | None:
+def slime_layer_problem(setup: LayerSetup) -> str | None:
     """Why slime's own layer cannot be built here (its source, FLA's modules it builds, a GPU), or None."""
     from slime_flashqla.gdn.packages import is_installed
     from slime_flashqla.integrations.slime.source import SlimeSourceError, slime_source
 
     try:
-        if slime_source(getattr(plan, "slime_source", None)) is None:
+        if slime_source(setup.slime_source) is None:
             return "slime's source was not found: pass --slime-source DIR (a slime checkout) or set $SLIME_SOURCE"
     except SlimeSourceError as error:
         return str(error)
     if not is_installed("fla"):
         return "slime's layer builds FLA's ShortConvolution and FusedRMSNormGated: flash-linear-attention is missing"
-    if getattr(plan.device, "type", str(plan.device)) != "cuda":
+    if setup.device_type != "cuda":
         return "slime's layer puts its gated norm on the GPU (accelerator.current_device()): needs a CUDA device"
     return None
 
@@ -193,26 +193,26 @@ def kernel_call(fn, inputs: dict, backward: bool):
     return call
 
 
-def _our_layer(variant: Variant, heads: HeadConfig, plan):
+def _our_layer(variant: Variant, heads: HeadConfig, setup: LayerSetup):
     import torch
 
     from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
     from slime_flashqla.workload.models import gdn_layer_config
 
     classes = {"qwen3-next": Qwen3NextGatedDeltaNet, "qwen3.5": Qwen3_5GatedDeltaNet}
-    size = {"head_dim": plan.head_dim, "hidden_size": plan.hidden_size, "conv_kernel": CONV_KERNEL}
+    size = {"head_dim": setup.head_dim, "hidden_size": setup.hidden_size, "conv_kernel": CONV_KERNEL}
     config = gdn_layer_config(heads.key_heads, heads.value_heads, **size)
     # The same seed for every variant: identical weights, and the caller's RNG is left alone.
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(plan.seed)
+        torch.manual_seed(setup.seed)
         # A variant that swaps in another kernel call would preload kernels it never runs.
-        cls = classes[getattr(plan, "layer_model", "qwen3-next")]
+        cls = classes[setup.layer_model]
         layer = cls(config, backend=variant.backend, preload_kernels=not (variant.direct or variant.repeat))
         init_like_checkpoint(layer)
-    return layer.to(device=plan.device, dtype=getattr(torch, plan.dtype)), config
+    return layer.to(device=torch.device(setup.device), dtype=getattr(torch, setup.dtype)), config
 
 
-def _slime_layer(variant: Variant, heads: HeadConfig, plan):
+def _slime_layer(variant: Variant, heads: HeadConfig, setup: LayerSetup):
     """slime's own layer class, built as slime builds it, cast as Megatron's Float16Module casts, our weights."""
     from types import SimpleNamespace
 
@@ -220,13 +220,14 @@ def _slime_layer(variant: Variant, heads: HeadConfig, plan):
 
     from slime_flashqla.integrations.slime.source import slime_gdn_layer_class
 
-    ours, config = _our_layer(variant, heads, plan)
-    dtype = getattr(torch, plan.dtype)
-    cls = slime_gdn_layer_class(getattr(plan, "layer_model", "qwen3-next"), getattr(plan, "slime_source", None))
+    ours, config = _our_layer(variant, heads, setup)
+    dtype = getattr(torch, setup.dtype)
+    cls = slime_gdn_layer_class(setup.layer_model, setup.slime_source)
     args = SimpleNamespace(qwen_gdn_backend=variant.backend)
-    layer = cls(SimpleNamespace(**config, dtype=dtype), layer_idx=0, args=args).to(device=plan.device, dtype=dtype)
+    layer = cls(SimpleNamespace(**config, dtype=dtype), layer_idx=0, args=args)
+    layer = layer.to(device=torch.device(setup.device), dtype=dtype)
     layer.load_state_dict(ours.state_dict(), strict=True)
-    error = _output_difference(layer, ours, plan)
+    error = _output_difference(layer, ours, setup)
     if not error <= SLIME_PARITY_TOLERANCE:
         raise RuntimeError(
             f"{variant.name}: slime's layer and this package's disagree on the same weights (relative error "
@@ -235,26 +236,25 @@ def _slime_layer(variant: Variant, heads: HeadConfig, plan):
     return layer
 
 
-def _output_difference(layer, reference, plan) -> float:
+def _output_difference(layer, reference, setup: LayerSetup) -> float:
     """Relative L2 difference of two layers' outputs on one fixed packed batch (a sequence shorter than the conv)."""
     import torch
 
     lengths = [3, 200, 61]
-    gen = torch.Generator(device=plan.device).manual_seed(plan.seed + 1)
-    x = torch.randn(
-        1, sum(lengths), plan.hidden_size, generator=gen, device=plan.device, dtype=getattr(torch, plan.dtype)
-    )
-    cu = torch.tensor([0, 3, 203, 264], dtype=torch.int32, device=plan.device)
+    device = torch.device(setup.device)
+    gen = torch.Generator(device=device).manual_seed(setup.seed + 1)
+    x = torch.randn(1, sum(lengths), setup.hidden_size, generator=gen, device=device, dtype=getattr(torch, setup.dtype))
+    cu = torch.tensor([0, 3, 203, 264], dtype=torch.int32, device=device)
     with torch.no_grad():
         a, b = layer(x, cu_seqlens=cu).double(), reference(x, cu_seqlens=cu).double()
     return ((a - b).norm() / b.norm()).item()
 
 
-def build_layer(variant: Variant, heads: HeadConfig, plan):
+def build_layer(variant: Variant, heads: HeadConfig, setup: LayerSetup):
     """The layer a variant times: this package's (around its backend) or slime's own class, same weights."""
     if variant.slime_layer:
-        return _slime_layer(variant, heads, plan)
-    layer, _ = _our_layer(variant, heads, plan)
+        return _slime_layer(variant, heads, setup)
+    layer, _ = _our_layer(variant, heads, setup)
     if variant.direct:
         layer.chunk_gated_delta_rule = backend_fn(variant)
     if variant.repeat and heads.group > 1:
@@ -281,28 +281,28 @@ def layer_call(layer, inputs: dict, backward: bool):
     return call
 
 
-def random_inputs(lengths, plan, heads: HeadConfig, level: str, generator=None) -> dict:
-    """Fresh random inputs for one packed batch of `lengths` (seeded by `plan.seed` unless given a generator)."""
+def random_inputs(lengths, heads: HeadConfig, setup: LayerSetup, level: str, generator=None) -> dict:
+    """Fresh random inputs for one packed batch of `lengths` (seeded by `setup.seed` unless given a generator)."""
     import torch
     import torch.nn.functional as F
 
     from slime_flashqla.workload.lengths import packed_offsets
 
-    device, dim = plan.device, plan.head_dim
+    device, dim = torch.device(setup.device), setup.head_dim
     offsets = packed_offsets(lengths)
     tokens = offsets[-1]
     if generator is None:
-        generator = torch.Generator(device=device).manual_seed(plan.seed)
+        generator = torch.Generator(device=device).manual_seed(setup.seed)
 
     def randn(*size, dtype=None):
-        dtype = dtype or getattr(torch, plan.dtype)
+        dtype = dtype or getattr(torch, setup.dtype)
         return torch.randn(*size, generator=generator, device=device, dtype=dtype)
 
     cu_seqlens = torch.tensor(offsets, dtype=torch.int32, device=device)
     if level == "layer":
         return {
-            "x": randn(1, tokens, plan.hidden_size),
-            "grad": randn(1, tokens, plan.hidden_size),
+            "x": randn(1, tokens, setup.hidden_size),
+            "grad": randn(1, tokens, setup.hidden_size),
             "cu_seqlens": cu_seqlens,
         }
     hk, hv = heads.key_heads, heads.value_heads

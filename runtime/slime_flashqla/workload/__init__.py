@@ -1,1 +1,1 @@
-"""What a GDN layer runs on, described without torch: head configurations, shared by every command."""
+"""What a GDN layer runs on, described without torch: head configurations, lengths, packs and the layer setup."""

@@ -35,7 +35,7 @@ def test_defaults_and_opt_in_sets():
     assert [h.label for h in plan.heads] == ["16/32", "8/16", "4/8", "2/4"]
     assert [v.name for v in plan.variants] == ["fla-repeat", "fla-gva", "flashqla-repeat", "flashqla-gva", "auto"]
     assert plan.modes == ["fwd", "fwd+bwd"] and plan.levels == ["kernel", "layer"]
-    assert plan.dtype == "float32"  # CPU default; bfloat16 on a GPU
+    assert plan.setup.dtype == "float32" and plan.setup.device == "cpu"  # CPU default; bfloat16 on a GPU
     full = gdn.build_plan(parse("--device", "cpu", "--all-shapes", "--tp-configs", "--variants", "all"))
     assert len(full.shapes) == 9 and "28672+4096" in [s.label for s in full.shapes]
     assert [h.label for h in full.heads][:3] == ["16/64", "16/48", "16/32"] and len(full.heads) == 9
@@ -225,7 +225,7 @@ def test_rows_reach_the_json_while_the_run_goes_on(tmp_path, monkeypatch):
 
 
 def test_a_layer_that_cannot_be_built_is_a_failed_row(tmp_path, monkeypatch):
-    def no_memory(variant, heads, plan):
+    def no_memory(variant, heads, setup):
         raise RuntimeError("out of memory")
 
     monkeypatch.setattr(gdn, "build_layer", no_memory)
@@ -243,16 +243,16 @@ def test_variants_of_a_group_share_inputs_and_weights():
     """repeat and GVA layers get identical weights and inputs, so they must compute the same output."""
     plan = gdn.build_plan(parse(*TINY))
     shape, heads = plan.shapes[0], plan.heads[0]
-    inputs = variants.random_inputs(shape.lengths, plan, heads, "layer")
-    again = variants.random_inputs(shape.lengths, plan, heads, "layer")
+    inputs = variants.random_inputs(shape.lengths, heads, plan.setup, "layer")
+    again = variants.random_inputs(shape.lengths, heads, plan.setup, "layer")
     assert torch.equal(inputs["x"], again["x"]) and inputs["x"].std() > 0.5
-    gva = variants.build_layer(variants.VARIANTS["torch"], heads, plan)
-    repeat = variants.build_layer(variants.VARIANTS["torch-repeat"], heads, plan)
+    gva = variants.build_layer(variants.VARIANTS["torch"], heads, plan.setup)
+    repeat = variants.build_layer(variants.VARIANTS["torch-repeat"], heads, plan.setup)
     with torch.no_grad():
         a = gva(inputs["x"], cu_seqlens=inputs["cu_seqlens"])
         b = repeat(inputs["x"], cu_seqlens=inputs["cu_seqlens"])
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    kernel = variants.random_inputs(shape.lengths, plan, heads, "kernel")
+    kernel = variants.random_inputs(shape.lengths, heads, plan.setup, "kernel")
     assert kernel["q"].shape == (1, 32, 1, 16) and kernel["v"].shape == (1, 32, 2, 16)
     assert (kernel["g"] < 0).all() and ((kernel["beta"] > 0) & (kernel["beta"] < 1)).all()
 

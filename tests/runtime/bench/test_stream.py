@@ -16,6 +16,7 @@ from slime_flashqla import cli
 from slime_flashqla.bench import stream
 from slime_flashqla.bench.stream_progress import ProgressFile
 from slime_flashqla.workload.packs import PackDistribution
+from slime_flashqla.workload.setup import LayerSetup
 
 TINY = (
     "--device", "cpu", "--backend", "torch", "--steps", "3", "--max-tokens", "96", "--median-len", "40",
@@ -168,6 +169,17 @@ def test_the_median_follows_a_smaller_max_tokens_when_not_given():
     assert (default.packs.min_len, default.packs.median_len, default.packs.max_tokens) == (32, 1024, 32768)
 
 
+def test_a_job_carries_the_plan_s_one_setup_nested_in_its_json(tmp_path):
+    """The parent hands its LayerSetup to the worker whole; the worker reads the same setup back."""
+    argv = (*TINY, "--seed", "9", "--layer-model", "qwen3.5", "--slime-source", str(tmp_path))
+    plan = stream.build_plan(parse(*argv))
+    assert plan.setup == LayerSetup("cpu", "float32", 8, 16, 9, layer_model="qwen3.5", slime_source=str(tmp_path))
+    job = plan.job(plan.variants[0], plan.heads[0], tmp_path / "r.json")
+    data = json.loads(json.dumps(job.to_json()))
+    assert data["setup"] == plan.setup.to_json() and data["heads"] == "1/2" and "seed" not in data
+    assert stream.StreamJob.from_json(data) == job
+
+
 def test_a_median_the_user_gave_is_kept_and_checked(capsys):
     argv = ("--device", "cpu", "--backend", "torch", "--max-tokens", "256", "--median-len", "1024")
     assert bench(*argv) == 2
@@ -258,8 +270,9 @@ def test_steps_reach_the_parent_while_the_worker_runs(tmp_path):
     plan = stream.build_plan(parse(*TINY))
     seen = []
     job = stream.StreamJob(
-        variant="torch", level="layer", heads="1/2", steps=3, packs=dataclasses.asdict(plan.packs), device="cpu",
-        dtype="float32", head_dim=8, hidden_size=16, seed=0, spawned=0.0, result=str(tmp_path / "r.json"),
+        variant="torch", level="layer", heads="1/2", steps=3, packs=dataclasses.asdict(plan.packs),
+        setup=LayerSetup("cpu", "float32", head_dim=8, hidden_size=16, seed=0), spawned=0.0,
+        result=str(tmp_path / "r.json"),
     )  # fmt: skip
     result = stream.run_worker(job, tmp_path / "w.log", 120, None, lambda i, s: seen.append((i, s, time.time())))
     assert [i for i, _, _ in seen] == [0, 1, 2]
