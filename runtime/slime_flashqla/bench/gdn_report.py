@@ -8,7 +8,7 @@ from slime_flashqla.bench.report import markdown_table, rate, ratio
 from slime_flashqla.gdn.names import AUTO
 
 if TYPE_CHECKING:
-    from slime_flashqla.bench.gdn import Plan, Row
+    from slime_flashqla.bench.gdn_rows import Plan, Row
 
 
 TABLE_HEADERS = (

@@ -1,1 +1,1 @@
-"""What a GDN layer runs on, described without torch: head configurations, lengths, packs and the layer setup."""
+"""What a GDN layer runs on, described without torch: heads, packed lengths, pack streams, models, layer setup."""
