@@ -1,7 +1,8 @@
 """The package's import graph: folders on floors, every import pointing down, no circle between modules.
 
 Read from the source with `ast` (imports inside functions included), so a lazy import that
-points back up is caught as surely as one at the top of a module.
+points back up is caught as surely as one at the top of a module. A module's
+`if __name__ == "__main__":` block is its program entry, which nothing imports: not counted.
 """
 
 from __future__ import annotations
@@ -30,11 +31,6 @@ FLOORS = [
 ]
 # The edges that point up, each with why it stays.
 UPWARD = {
-    # `python -m slime_flashqla.bench.X` (torchrun runs bench comm so) hands its argv to the CLI,
-    # so its errors print the one way every command prints them.
-    ("bench.comm", "cli"): "entry point",
-    ("bench.gdn", "cli"): "entry point",
-    ("bench.stream", "cli"): "entry point",
     # diagnostics/node.py, the one home of the node's GPU and version queries, is a leaf: a
     # preload record's fingerprint reads it as `cache export` does.
     ("kernels.tilelang_specs", "diagnostics.node"): "leaf queries",
@@ -51,6 +47,24 @@ def is_module(name: str) -> bool:
     return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 
+def is_entry(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return (
+        isinstance(node, ast.If)
+        and isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+    )
+
+
+def walk_imports(tree: ast.Module):
+    """Every node of the module but those under its top-level `if __name__ == "__main__":`."""
+    for top in tree.body:
+        if not is_entry(top):
+            yield from ast.walk(top)
+
+
 def imports() -> dict[str, set[str]]:
     """Module (relative to slime_flashqla) -> the package's modules it imports, anywhere in its body.
 
@@ -59,7 +73,7 @@ def imports() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = defaultdict(set)
     for path in PACKAGE.rglob("*.py"):
         here = module_name(path)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in walk_imports(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 if node.module != "slime_flashqla" and not node.module.startswith("slime_flashqla."):
                     continue

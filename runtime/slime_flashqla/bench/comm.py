@@ -465,12 +465,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m slime_flashqla.bench.comm` (torchrun's ranks): `slime-flashqla bench comm`, errors one line."""
+if __name__ == "__main__":  # torchrun's ranks: through the CLI, so that bad input is one line there too
     from slime_flashqla.cli import main as cli_main
 
-    return cli_main(["bench", "comm", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli_main(["bench", "comm", *sys.argv[1:]]))

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from slime_flashqla import cli
 from slime_flashqla.bench import comm
 from slime_flashqla.cli import bench as bench_cli
 
@@ -24,7 +25,7 @@ def test_bench_comm_gloo_two_ranks(tmp_path, monkeypatch, capfd):
     out = tmp_path / "comm.json"
     markdown = tmp_path / "comm.md"
     argv = ["--backend", "gloo", "--nproc", "2", "--sizes", "4K", "--rounds", "1", "--iters-small", "6"]
-    assert comm.main([*argv, "--warmup", "2", "--json", str(out), "--markdown", str(markdown)]) == 0
+    assert cli.main(["bench", "comm", *argv, "--warmup", "2", "--json", str(out), "--markdown", str(markdown)]) == 0
     report = json.loads(out.read_text())
 
     assert report["meta"]["backend"] == "gloo"
@@ -119,6 +120,6 @@ def test_an_unusable_output_path_is_refused_before_any_rank_starts(tmp_path, cap
         target = tmp_path / "no" / "out.json"
     argv = ["--backend", "gloo", "--nproc", "2", "--sizes", "4K", "--rounds", "1", "--iters-small", "2"]
     for option in ("--json", "--markdown"):
-        assert comm.main([*argv, option, str(target)]) == 2
+        assert cli.main(["bench", "comm", *argv, option, str(target)]) == 2
         err = capfd.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"slime-flashqla bench comm: {option}"), err
