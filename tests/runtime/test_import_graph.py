@@ -128,3 +128,10 @@ def test_no_circle_between_modules():
 
     for module in sorted(edges):
         visit(module)
+
+
+def test_the_modules_an_upward_edge_reaches_stay_leaves():
+    """An upward edge may only reach a module that imports nothing of this package: it can drag no floor in."""
+    graph = imports()
+    for _, target in UPWARD:
+        assert not graph.get(target), f"{target} imports {sorted(graph[target])}"
