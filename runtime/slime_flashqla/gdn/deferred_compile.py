@@ -1,15 +1,15 @@
 """Import a package with its module-level `@torch.compile` decorators deferred to each function's first call.
 
 flash-qla 0.1.3 decorates its q/k l2norm with `@torch.compile` when `flash_qla` is imported.
-Building that wrapper imports TorchInductor (5 s of a warm process start on an H200 host),
+Building that wrapper imports TorchInductor (seconds of a warm process start: docs/benchmarks.md),
 although this package's `flashqla` backend never calls that l2norm (it normalises q/k itself).
 While the package imports, `torch.compile(fn, ...)` returns a wrapper that calls the real
 `torch.compile(fn, ...)` on its first call and the compiled function from then on: what runs,
 and when it compiles, is unchanged; only the import no longer pays for a compiler nobody uses.
 
 The same package marks `chunk_gated_delta_rule` with `@torch.compiler.disable`, and building
-that marker imports TorchDynamo, and with it sympy and parts of Inductor (on an H200 host the
-kernel-package imports of a warm process took 9.27 s with it, 4.43 s without). Disabling
+that marker imports TorchDynamo, and with it sympy and parts of Inductor (about half the
+kernel-package imports of a warm process: docs/benchmarks.md). Disabling
 Dynamo for a function only matters while Dynamo runs, and Dynamo cannot run before
 `torch._dynamo` is imported: so the deferred marker calls the function as it is until then,
 and through the real `torch.compiler.disable(fn)` once Dynamo is loaded, which is what keeps a

@@ -3,8 +3,8 @@
 Both kernels can normalise q/k themselves (`use_qk_l2norm_in_kernel`), and both do it badly
 for an RL stream: FlashQLA's l2norm is `@torch.compile`d, so its first call in every process
 starts TorchDynamo and Inductor, and FLA's Triton l2norm autotunes on (D, cdiv(rows, 65536)),
-so every new bucket of pack sizes tuned ~25 configurations again (17-24 s mid-training on an
-H200). This package's fixed-launch Triton l2norm (slime_flashqla.triton_ops) computes the same
+so every new bucket of pack sizes tuned ~25 configurations again (a stall mid-training:
+docs/benchmarks.md). This package's fixed-launch Triton l2norm (slime_flashqla.triton_ops) computes the same
 thing (float32 sum of squares + eps, rsqrt, cast back), compiles once per (dtype, D) and loads
 from Triton's disk cache in every later process. q and k share one autograd node.
 """

@@ -1,7 +1,7 @@
 """Compile every kernel a training stream launches ahead of training, into a persistent cache, once per node.
 
-TileLang compiles each FlashQLA kernel on first use of a specialisation: about 20 s a
-kernel on an H200, minutes per layer configuration, and every rank of a job would compile
+TileLang compiles each FlashQLA kernel on first use of a specialisation: seconds a kernel,
+minutes per layer configuration (docs/benchmarks.md), and every rank of a job would compile
 the same kernels again. A specialisation is more than the head counts: FlashQLA picks per
 pack between its intra-card context-parallel path and the plain one (different kernels),
 sizes its forward's value block by how many sequences (times heads) a pack holds, and

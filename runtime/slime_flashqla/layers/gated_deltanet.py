@@ -2,8 +2,8 @@
 
 Parameter names and shapes follow the Hugging Face checkpoints, so their state dicts
 load as they are.  q/k reach the kernel with their own (smaller) head count: every
-backend here takes grouped value heads, which on an H200 made FlashQLA's
-forward+backward 1.5x faster at 32k tokens than repeating q/k first.
+backend here takes grouped value heads, which made FlashQLA's forward+backward faster than
+repeating q/k first (docs/benchmarks.md).
 """
 
 from __future__ import annotations

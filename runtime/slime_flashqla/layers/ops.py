@@ -2,7 +2,7 @@
 
 On CUDA they are slime_flashqla.triton_ops' fixed-launch kernels, not FLA's: FLA's gated norm
 autotunes per bucket of pack sizes (a stall at every new bucket of an RL stream), and
-importing any FLA module imports every FLA layer and model (21.7 s of a warm start on an H200).
+importing any FLA module imports every FLA layer and model (docs/benchmarks.md has the cost).
 """
 
 from __future__ import annotations

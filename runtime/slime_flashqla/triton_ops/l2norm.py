@@ -1,7 +1,7 @@
 """L2 normalisation over the last dim with FLA's l2norm_fwd/l2norm_bwd contract, on fixed-config kernels.
 
 FLA's kernels autotune on (D, cdiv(rows, 65536)): every new bucket of pack sizes tuned and
-compiled ~25 configurations again, 17-24 s mid-training on an H200. These launch one fixed
+compiled ~25 configurations again, a stall mid-training (docs/benchmarks.md). These launch one fixed
 configuration, so a process compiles each (dtype, D) once and later processes load it from
 Triton's disk cache.
 """

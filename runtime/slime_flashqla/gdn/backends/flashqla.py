@@ -29,8 +29,8 @@ class FlashQLABackend(GDNBackend):
     name = "flashqla"
     label = "FlashQLA"
     module = "flash_qla"
-    # One rule for every shape: on an H200, a FlashQLA-with-GVA variant was the fastest on every
-    # benchmarked packed batch from 4096 to 32768 tokens, kernel and layer (docs/benchmarks.md).
+    # One rule for every shape: a FlashQLA-with-GVA variant was the fastest on every benchmarked
+    # packed batch, kernel and layer (docs/benchmarks.md).
     auto_priority = 0
     unavailable_error = FlashQLAUnavailableError
 
