@@ -99,6 +99,44 @@ def _tap(w, o_d, m_d, sw_d, sw_w, k):
 
 
 @triton.jit
+def _own_lags(x_t0, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, m_d, o_c, sx_t,
+              W: tl.constexpr, VARLEN: tl.constexpr):  # fmt: skip
+    """x at lags 0..3 of tokens o_t (W <= 4), each loaded once, before the sequence search, then
+    zeroed before each token's own sequence; lags from W on are zero tiles that nothing reads."""
+    x0 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 0)
+    x1 = tl.zeros_like(x0)
+    x2 = tl.zeros_like(x0)
+    x3 = tl.zeros_like(x0)
+    if W > 1:
+        x1 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 1)
+    if W > 2:
+        x2 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 2)
+    if W > 3:
+        x3 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 3)
+    bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
+    if W > 1:
+        x1 = _own(x1, o_t, bos, 1)
+    if W > 2:
+        x2 = _own(x2, o_t, bos, 2)
+    if W > 3:
+        x3 = _own(x3, o_t, bos, 3)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def _conv_lags(acc, x0, x1, x2, x3, w, o_d, m_d, sw_d, sw_w, W: tl.constexpr):
+    """acc + sum over lags L < W of w[W-1-L] x_L, in float32 (the conv of `_own_lags`' tiles)."""
+    acc += x0 * _tap(w, o_d, m_d, sw_d, sw_w, W - 1)
+    if W > 1:
+        acc += x1 * _tap(w, o_d, m_d, sw_d, sw_w, W - 2)
+    if W > 2:
+        acc += x2 * _tap(w, o_d, m_d, sw_d, sw_w, W - 3)
+    if W > 3:
+        acc += x3 * _tap(w, o_d, m_d, sw_d, sw_w, W - 4)
+    return acc
+
+
+@triton.jit
 def _conv(x_t0, w, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, o_d, m_d, o_c, sx_t, sw_d, sw_w,
           W: tl.constexpr, VARLEN: tl.constexpr):  # fmt: skip
     """sum_k w[k] x[t - (W-1) + k] over the token's own sequence, in float32, for tokens o_t.
@@ -109,21 +147,8 @@ def _conv(x_t0, w, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, o_d, m_d, o_c, 
     """
     acc = tl.zeros((o_t.shape[0], o_c.shape[0]), dtype=tl.float32)
     if W <= 4:
-        x0 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 0)
-        if W > 1:
-            x1 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 1)
-        if W > 2:
-            x2 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 2)
-        if W > 3:
-            x3 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 3)
-        bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
-        acc += x0 * _tap(w, o_d, m_d, sw_d, sw_w, W - 1)
-        if W > 1:
-            acc += _own(x1, o_t, bos, 1) * _tap(w, o_d, m_d, sw_d, sw_w, W - 2)
-        if W > 2:
-            acc += _own(x2, o_t, bos, 2) * _tap(w, o_d, m_d, sw_d, sw_w, W - 3)
-        if W > 3:
-            acc += _own(x3, o_t, bos, 3) * _tap(w, o_d, m_d, sw_d, sw_w, W - 4)
+        x0, x1, x2, x3 = _own_lags(x_t0, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, m_d, o_c, sx_t, W, VARLEN)
+        acc = _conv_lags(acc, x0, x1, x2, x3, w, o_d, m_d, sw_d, sw_w, W)
     else:
         bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
         for k in tl.static_range(W):
@@ -257,25 +282,9 @@ def short_conv_bwd_dpre_kernel(
         p_dy = dy_b + t0.to(tl.int64) * sdy_t + o_l[:, None] * sdy_t + o_c[None, :]
         b_dy = tl.load(p_dy, mask=m, other=0.0).to(tl.float32)
         if DEFER:
-            # Each lag's x tile is loaded once, before the search, and serves the conv and dweight.
-            x0 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 0)
-            if W > 1:
-                x1 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 1)
-            if W > 2:
-                x2 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 2)
-            if W > 3:
-                x3 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 3)
-            bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
-            acc = x0 * _tap(w, o_d, m_d, sw_d, sw_w, W - 1)
-            if W > 1:
-                x1 = _own(x1, o_t, bos, 1)
-                acc += x1 * _tap(w, o_d, m_d, sw_d, sw_w, W - 2)
-            if W > 2:
-                x2 = _own(x2, o_t, bos, 2)
-                acc += x2 * _tap(w, o_d, m_d, sw_d, sw_w, W - 3)
-            if W > 3:
-                x3 = _own(x3, o_t, bos, 3)
-                acc += x3 * _tap(w, o_d, m_d, sw_d, sw_w, W - 4)
+            # Each lag's x tile is loaded once and serves the conv and dweight.
+            x0, x1, x2, x3 = _own_lags(x_t0, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, m_d, o_c, sx_t, W, VARLEN)
+            acc = _conv_lags(tl.zeros_like(x0), x0, x1, x2, x3, w, o_d, m_d, sw_d, sw_w, W)
         else:
             acc = _conv(x_t0, w, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, o_d, m_d, o_c, sx_t, sw_d, sw_w,
                         W, VARLEN)  # fmt: skip
