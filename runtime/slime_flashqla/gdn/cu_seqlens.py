@@ -106,6 +106,11 @@ class CuSeqlensVerdicts:
         self._last = _Verdict(weakref.ref(cu_seqlens), key, tokens, values, checked, checked._version)
         return checked
 
+    def checked_offsets(self, cu_seqlens: torch.Tensor, tokens: int) -> tuple[torch.Tensor, list[int]]:
+        """`checked(...)` and the values that passed, as read once (callers must not edit the list)."""
+        checked = self.checked(cu_seqlens, tokens)
+        return checked, self._last.values
+
     def _hold(self, caller: torch.Tensor, checked: torch.Tensor) -> None:
         ident = id(caller)
         if ident not in self._held:
@@ -135,6 +140,12 @@ def checked_cu_seqlens(cu_seqlens, tokens: int) -> torch.Tensor:
     """Validate `cu_seqlens` against T tokens; return the tensor holding the checked values for the kernels."""
     _check_form(cu_seqlens)
     return verdicts.checked(cu_seqlens, tokens)
+
+
+def checked_cu_seqlens_offsets(cu_seqlens, tokens: int) -> tuple[torch.Tensor, list[int]]:
+    """Validate `cu_seqlens` against T tokens; return the kernels' tensor and its values on the host."""
+    _check_form(cu_seqlens)
+    return verdicts.checked_offsets(cu_seqlens, tokens)
 
 
 def check_cu_seqlens(cu_seqlens, tokens: int) -> int:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
 from slime_flashqla.gdn.names import BACKENDS, DEFAULT_BACKEND
 from slime_flashqla.kernels.preload import start_kernel_preload
 from slime_flashqla.layers.config import GDNConfig
+from slime_flashqla.layers.context_parallel import ContextParallel, ContextParallelError
 from slime_flashqla.layers.ops import gdn_gates, rms_norm_gated, shared_input_linears, short_conv_silu
 from slime_flashqla.layers.tensor_parallel import ShardRule, TensorParallel
 from slime_flashqla.triton_ops.causal_conv1d import ProjectionLayout
@@ -34,20 +36,22 @@ def resolve_backend(backend: str | None, args) -> str:
 class _GatedRMSNorm(nn.Module):
     """Holds `norm.weight` like the checkpoints' Qwen3NextRMSNormGated."""
 
-    def __init__(self, dim: int, eps: float, dtype=None, tp: TensorParallel | None = None) -> None:
+    def __init__(self, dim: int, eps: float, dtype=None) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim, dtype=dtype))
         self.variance_epsilon = eps
-        self.tp = tp or TensorParallel()
 
-    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        return rms_norm_gated(x, gate, self.tp.replicated(self.weight), self.variance_epsilon)
+    def forward(self, x: torch.Tensor, gate: torch.Tensor, tp: TensorParallel) -> torch.Tensor:
+        return rms_norm_gated(x, gate, tp.replicated(self.weight), self.variance_epsilon)
 
 
 class _GatedDeltaNetBase(nn.Module):
     """Everything after the input projections: conv, gates, kernel, gated norm, out_proj.
 
     With `tp_group`, the layer holds its rank's share of the heads (layers/tensor_parallel.py);
+    with `cp_group`, its tokens are the rank's zigzag slices of the pack and its kernel runs its
+    head group on whole sequences (layers/context_parallel.py). `compute_on_share` keeps the
+    parameters whole and computes this rank's share from then on (slime's contract).
     `config` is always the whole model's, and so are the tensors `load_state_dict` takes.
     """
 
@@ -60,38 +64,64 @@ class _GatedDeltaNetBase(nn.Module):
         *,
         tp_group=None,
         sequence_parallel: bool = False,
+        cp_group=None,
         preload_kernels: bool = True,
     ) -> None:
         super().__init__()
         self.full_config = GDNConfig.from_hf(config)
-        self.tp = TensorParallel.of(tp_group, sequence_parallel)
-        cfg = self.tp.local_config(self.full_config)
-        self.config = cfg
         self.layer_idx = layer_idx
         self.backend = resolve_backend(backend, args)
-        self.num_k_heads, self.num_v_heads = cfg.num_key_heads, cfg.num_value_heads
-        self.head_k_dim, self.head_v_dim = cfg.key_head_dim, cfg.value_head_dim
-        self.key_dim, self.value_dim = cfg.key_dim, cfg.value_dim
-        dtype = cfg.dtype
+        self._set_parallel(TensorParallel.of(tp_group, sequence_parallel), ContextParallel.of(cp_group))
+        params = self.tp.param_config(self.full_config)
+        dtype = params.dtype
         self.conv1d = nn.Conv1d(
-            cfg.conv_dim,
-            cfg.conv_dim,
-            kernel_size=cfg.conv_kernel_dim,
-            groups=cfg.conv_dim,
-            padding=cfg.conv_kernel_dim - 1,
+            params.conv_dim,
+            params.conv_dim,
+            kernel_size=params.conv_kernel_dim,
+            groups=params.conv_dim,
+            padding=params.conv_kernel_dim - 1,
             bias=False,
             dtype=dtype,
         )
-        self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads, dtype=dtype))
-        self.A_log = nn.Parameter(torch.log(torch.empty(self.num_v_heads, dtype=dtype).uniform_(0.01, 16)))
-        self.norm = _GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps, dtype=dtype, tp=self.tp)
-        self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False, dtype=dtype)
+        self.dt_bias = nn.Parameter(torch.ones(params.num_value_heads, dtype=dtype))
+        self.A_log = nn.Parameter(torch.log(torch.empty(params.num_value_heads, dtype=dtype).uniform_(0.01, 16)))
+        self.norm = _GatedRMSNorm(params.value_head_dim, params.rms_norm_eps, dtype=dtype)
+        self.out_proj = nn.Linear(params.value_dim, params.hidden_size, bias=False, dtype=dtype)
         self.chunk_gated_delta_rule = self._kernel_for(self.backend)
         if preload_kernels:
-            # Loads what `warmup` recorded for these heads on a background thread (kernels/preload.py).
-            start_kernel_preload(self.backend, self.num_k_heads, self.num_v_heads)
+            self.start_kernel_preload()
         if self.tp.size > 1:
             self._register_load_state_dict_pre_hook(self._keep_own_shards)
+
+    def _set_parallel(self, tp: TensorParallel, cp: ContextParallel) -> None:
+        self.tp, self.cp = tp, cp
+        cfg = tp.local_config(self.full_config)
+        self.config = cfg
+        self.kernel_config = cp.local_config(cfg, tp.size)
+        self.num_k_heads, self.num_v_heads = cfg.num_key_heads, cfg.num_value_heads
+        self.head_k_dim, self.head_v_dim = cfg.key_head_dim, cfg.value_head_dim
+        self.key_dim, self.value_dim = cfg.key_dim, cfg.value_dim
+
+    def compute_on_share(
+        self, *, tp_group=None, cp_group=None, sequence_parallel: bool = False, grads_summed_by: str = "backward"
+    ) -> None:
+        """Keep the parameters whole on every rank and compute only this rank's heads and tokens from now on.
+
+        Each rank's parameter gradients then cover its share: `grads_summed_by="backward"` sums
+        them over TP in the backward, `"megatron"` marks every parameter `sequence_parallel` for
+        Megatron's finalize_model_grads to sum (under sequence parallelism only). Over CP they are
+        summed by whatever sums gradients over data-parallel ranks (Megatron's DP x CP reduction).
+        """
+        if self.tp.size > 1 and not self.tp.whole_params:
+            raise ValueError("compute_on_share needs a layer built whole (without tp_group)")
+        tp = TensorParallel.of(tp_group, sequence_parallel, whole_params=True, grads_summed_by=grads_summed_by)
+        self._set_parallel(tp, ContextParallel.of(cp_group))
+        tp.mark_megatron_reduced(self.parameters())
+        self.start_kernel_preload()
+
+    def start_kernel_preload(self) -> None:
+        """Load what `warmup` recorded for this rank's kernel heads on a background thread (kernels/preload.py)."""
+        start_kernel_preload(self.backend, self.kernel_config.num_key_heads, self.kernel_config.num_value_heads)
 
     @classmethod
     def _projection_rules(cls, cfg: GDNConfig) -> dict[str, ShardRule]:  # pragma: no cover - per subclass
@@ -100,18 +130,30 @@ class _GatedDeltaNetBase(nn.Module):
 
     def shard_rules(self) -> dict[str, ShardRule | None]:
         """Every parameter's shard rule under tensor parallelism (None: the same on every rank)."""
-        cfg = self.full_config
+        rules = self.__dict__.get("_shard_rules")
+        if rules is None:
+            rules = self.__dict__["_shard_rules"] = self._rules_of(self.full_config)
+        return rules
+
+    @classmethod
+    def _rules_of(cls, cfg: GDNConfig) -> dict[str, ShardRule | None]:
         rules = {
-            "conv1d.weight": ShardRule(0, (cfg.key_dim, cfg.key_dim, cfg.value_dim)),
+            "conv1d.weight": cls._conv_rule(cfg),
             "dt_bias": ShardRule(0, (cfg.num_value_heads,)),
             "A_log": ShardRule(0, (cfg.num_value_heads,)),
             "norm.weight": None,
             "out_proj.weight": ShardRule(1, (cfg.value_dim,)),
         }
-        return {**rules, **self._projection_rules(cfg)}
+        return {**rules, **cls._projection_rules(cfg)}
+
+    @staticmethod
+    def _conv_rule(cfg: GDNConfig) -> ShardRule:
+        return ShardRule(0, (cfg.key_dim, cfg.key_dim, cfg.value_dim))
 
     def _keep_own_shards(self, state_dict, prefix, *args, **kwargs) -> None:
         """Slice the unsharded checkpoint's tensors to this rank's heads (tensors already local pass as they are)."""
+        if self.tp.whole_params:
+            return
         own = dict(self.named_parameters())
         for name, rule in self.shard_rules().items():
             key = prefix + name
@@ -120,39 +162,62 @@ class _GatedDeltaNetBase(nn.Module):
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The unsharded checkpoint's tensors under their names (a collective: every tensor-parallel rank calls it)."""
+        if self.tp.whole_params:
+            return self.state_dict()
         rules = self.shard_rules()
         return {name: self.tp.gather(tensor, rules.get(name)) for name, tensor in self.state_dict().items()}
+
+    def _share(self, param: torch.Tensor, name: str) -> torch.Tensor:
+        """The slices of a parameter this rank's projections and output use (the TP share of its heads)."""
+        return self.tp.share(param, self.shard_rules()[name])
+
+    def _kernel_share(self, param: torch.Tensor, rule: ShardRule) -> torch.Tensor:
+        """The TP share's slices of a per-head parameter, narrowed to this rank's CP head group."""
+        local = ShardRule(rule.dim, tuple(n // self.tp.size for n in rule.sections))
+        return self.cp.share(self.tp.share(param, rule), local)
 
     def _kernel_for(self, backend: str):
         """The chunk_gated_delta_rule this layer runs (a subclass may look it up elsewhere, as slime's layers do)."""
         return get_chunk_gated_delta_rule(backend)
 
-    def _mix(self, hidden_states, cu_seqlens):  # pragma: no cover - defined by subclasses
+    def _mix(self, hidden_states, cu_seqlens, layout):  # pragma: no cover - defined by subclasses
         """(q, k, v, z, b, a): q/k/v after the short conv, z, and the gates' inputs b and a."""
         raise NotImplementedError
 
+    def _gathered(self, layout, *parts: torch.Tensor) -> torch.Tensor:
+        """Parts [B, T, Hk, f] of this rank's tokens -> [1, T_pack, Hk/CP, sum f] for its head group (CP only)."""
+        tokens, size = parts[0].shape[1], self.cp.size
+        return self.cp.to_heads(layout, *(p.reshape(tokens, size, -1, p.shape[-1]) for p in parts))
+
     def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
-        """[B, T, hidden] -> [B, T, hidden]; with cu_seqlens (B == 1) no token sees another sequence."""
+        """[B, T, hidden] -> [B, T, hidden]; with cu_seqlens (B == 1) no token sees another sequence.
+
+        Under context parallelism T is this rank's tokens and cu_seqlens the whole pack's.
+        """
         if hidden_states.dim() != 3 or hidden_states.shape[-1] != self.config.hidden_size:
             raise ValueError(
                 f"hidden_states must be [B, T, {self.config.hidden_size}], got {tuple(hidden_states.shape)}"
             )
         if cu_seqlens is not None and hidden_states.shape[0] != 1:
             raise ValueError(f"with cu_seqlens hidden_states must be packed as B == 1, got B={hidden_states.shape[0]}")
+        layout = None
+        if self.cp.size > 1 or cu_seqlens is not None:
+            # Checked before the first collective (TP's gather, CP's all-to-all): every rank refuses
+            # the same pack the same way, so none is left waiting. The conv reads cu_seqlens before
+            # the kernel does, so both get the copy of the checked values (gdn/cu_seqlens.py says why).
+            cu_seqlens, layout = self._checked_pack(hidden_states, cu_seqlens)
         hidden_states = self.tp.enter(hidden_states)
         batch, tokens, _ = hidden_states.shape
-        if cu_seqlens is not None:
-            # The conv reads cu_seqlens before the kernel does: check it here first, and hand
-            # both the copy of the checked values (gdn/cu_seqlens.py says why).
-            from slime_flashqla.gdn.inputs import checked_cu_seqlens
-
-            cu_seqlens = checked_cu_seqlens(cu_seqlens, tokens)
-        query, key, value, z, b, a = self._mix(hidden_states, cu_seqlens)
-        g, beta = gdn_gates(a, b, self.A_log, self.dt_bias)
+        query, key, value, z, b, a = self._mix(hidden_states, cu_seqlens, layout)
+        kernel = self.kernel_config
+        rules = self.shard_rules()
+        A_log = self._kernel_share(self.A_log, rules["A_log"])
+        g, beta = gdn_gates(a, b, A_log, self._kernel_share(self.dt_bias, rules["dt_bias"]))
+        whole = query.shape[1]  # the pack's tokens: this rank's, or every rank's under CP
         core, _ = self.chunk_gated_delta_rule(
-            query.view(batch, tokens, self.num_k_heads, self.head_k_dim),
-            key.view(batch, tokens, self.num_k_heads, self.head_k_dim),
-            value.view(batch, tokens, self.num_v_heads, self.head_v_dim),
+            query.view(batch, whole, kernel.num_key_heads, self.head_k_dim),
+            key.view(batch, whole, kernel.num_key_heads, self.head_k_dim),
+            value.view(batch, whole, kernel.num_value_heads, self.head_v_dim),
             g=g,
             beta=beta,
             initial_state=None,
@@ -160,11 +225,31 @@ class _GatedDeltaNetBase(nn.Module):
             use_qk_l2norm_in_kernel=True,
             cu_seqlens=cu_seqlens,
         )
+        if layout is not None and self.cp.size > 1:
+            core = self.cp.to_tokens(layout, core)
         # Rows of (token, key head) holding `group` value heads: z's layout in both checkpoints,
         # so the norm reads Qwen3-Next's z where the fused projection wrote it.
         rows = (batch * tokens * self.num_k_heads, self.num_v_heads // self.num_k_heads, self.head_v_dim)
-        core = self.norm(core.reshape(rows), z.view(rows))
-        return self.tp.leave(self.out_proj(core.reshape(batch, tokens, self.value_dim)))
+        core = self.norm(core.reshape(rows), z.reshape(rows), self.tp)
+        out_weight = self._share(self.out_proj.weight, "out_proj.weight")
+        return self.tp.leave(F.linear(core.reshape(batch, tokens, self.value_dim), out_weight))
+
+    def _checked_pack(self, hidden_states, cu_seqlens):
+        """(the kernels' cu_seqlens, the zigzag layout under CP) of this rank's input, checked before any collective."""
+        tokens = hidden_states.shape[1] * (self.tp.size if self.tp.sequence_parallel else 1)
+        if self.cp.size == 1:
+            from slime_flashqla.gdn.inputs import checked_cu_seqlens
+
+            return checked_cu_seqlens(cu_seqlens, tokens), None
+        if cu_seqlens is None:
+            raise ContextParallelError(
+                f"GDN context parallelism {self.cp.size} needs the whole pack's cu_seqlens "
+                "(slime's packed_seq_params.cu_seqlens_q): its zigzag layout is read from it"
+            )
+        from slime_flashqla.gdn.cu_seqlens import checked_cu_seqlens_offsets
+
+        checked, offsets = checked_cu_seqlens_offsets(cu_seqlens, tokens * self.cp.size)
+        return checked, self.cp.layout(checked, offsets, tokens)
 
 
 class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
@@ -186,16 +271,33 @@ class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
             "in_proj_ba.weight": ShardRule(0, (2 * cfg.num_value_heads,)),
         }
 
-    def _mix(self, hidden_states, cu_seqlens):
+    def _mix(self, hidden_states, cu_seqlens, layout):
         batch, tokens, _ = hidden_states.shape
-        group = self.num_v_heads // self.num_k_heads
-        # The checkpoint lays q, k, v, z out per key head: [Hk, (K, K, group*V, group*V)], and
-        # b, a as [Hk, (group, group)]; the conv and the gates read them there.
-        layout = ProjectionLayout(self.num_k_heads, self.head_k_dim, group * self.head_v_dim, group * self.head_v_dim)
-        qkvz, ba = shared_input_linears(hidden_states, self.in_proj_qkvz.weight, self.in_proj_ba.weight)
-        query, key, value, z = short_conv_silu(qkvz, self.conv1d.weight, cu_seqlens, layout)
-        ba = ba.view(batch, tokens, self.num_k_heads, 2 * group)
-        return query, key, value, z, ba[..., :group], ba[..., group:]
+        heads, group = self.num_k_heads, self.num_v_heads // self.num_k_heads
+        k_dim, v_dim = self.head_k_dim, group * self.head_v_dim
+        qkvz, ba = shared_input_linears(
+            hidden_states, self._share(self.in_proj_qkvz.weight, "in_proj_qkvz.weight"),
+            self._share(self.in_proj_ba.weight, "in_proj_ba.weight"),
+        )  # fmt: skip
+        conv_weight = self._kernel_share(self.conv1d.weight, self.shard_rules()["conv1d.weight"])
+        ba = ba.view(batch, tokens, heads, 2 * group)
+        if self.cp.size == 1:
+            # The checkpoint lays q, k, v, z out per key head: [Hk, (K, K, group*V, group*V)], and
+            # b, a as [Hk, (group, group)]; the conv and the gates read them there.
+            query, key, value, z = short_conv_silu(
+                qkvz, conv_weight, cu_seqlens, ProjectionLayout(heads, k_dim, v_dim, v_dim)
+            )
+            return query, key, value, z, ba[..., :group], ba[..., group:]
+        per_head = qkvz.view(batch, tokens, heads, 2 * k_dim + 2 * v_dim)
+        z = per_head[..., 2 * k_dim + v_dim :]
+        # q, k, v and b, a of this rank's head group travel together; z stays for the norm, here.
+        mixed = self._gathered(layout, per_head[..., : 2 * k_dim + v_dim], ba)
+        own = self.kernel_config.num_key_heads
+        conv_layout = ProjectionLayout(own, k_dim, v_dim, 2 * group)
+        query, key, value, gates = short_conv_silu(
+            mixed.view(1, mixed.shape[1], -1), conv_weight, cu_seqlens, conv_layout
+        )
+        return query, key, value, z, gates[..., :group], gates[..., group:]
 
 
 class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
@@ -218,14 +320,39 @@ class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
             "in_proj_a.weight": ShardRule(0, (cfg.num_value_heads,)),
         }
 
-    def _mix(self, hidden_states, cu_seqlens):
-        layout = ProjectionLayout(1, self.key_dim, self.value_dim)
+    def _mix(self, hidden_states, cu_seqlens, layout):
+        batch, tokens, _ = hidden_states.shape
         # b and a (num_v_heads columns each) as one GEMM: two GEMMs that narrow are launch-bound.
-        ba_weight = torch.cat([self.in_proj_b.weight, self.in_proj_a.weight])
-        qkv, z, ba = shared_input_linears(hidden_states, self.in_proj_qkv.weight, self.in_proj_z.weight, ba_weight)
-        query, key, value = short_conv_silu(qkv, self.conv1d.weight, cu_seqlens, layout)
-        heads = self.in_proj_b.weight.shape[0]
-        return query, key, value, z, ba[..., :heads], ba[..., heads:]
+        ba_weight = torch.cat(
+            [
+                self._share(self.in_proj_b.weight, "in_proj_b.weight"),
+                self._share(self.in_proj_a.weight, "in_proj_a.weight"),
+            ]
+        )
+        qkv, z, ba = shared_input_linears(
+            hidden_states, self._share(self.in_proj_qkv.weight, "in_proj_qkv.weight"),
+            self._share(self.in_proj_z.weight, "in_proj_z.weight"), ba_weight,
+        )  # fmt: skip
+        conv_weight = self._kernel_share(self.conv1d.weight, self.shard_rules()["conv1d.weight"])
+        heads = self.num_v_heads
+        if self.cp.size == 1:
+            query, key, value = short_conv_silu(
+                qkv, conv_weight, cu_seqlens, ProjectionLayout(1, self.key_dim, self.value_dim)
+            )
+            return query, key, value, z, ba[..., :heads], ba[..., heads:]
+        # The flat checkpoint layout [q_all, k_all, v_all], [b_all, a_all]: each section's head
+        # groups are contiguous, so every section travels as [T, CP, 1, its group's columns].
+        q, k, v = torch.split(qkv, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        b, a = ba[..., :heads], ba[..., heads:]
+        size = self.cp.size
+        mixed = self._gathered(layout, *(t.reshape(batch, tokens, size, t.shape[-1] // size) for t in (q, k, v, b, a)))
+        own_k, own_v = self.kernel_config.key_dim, self.kernel_config.value_dim
+        own_heads = self.kernel_config.num_value_heads
+        conv_layout = ProjectionLayout(1, own_k, own_v, 2 * own_heads)
+        query, key, value, gates = short_conv_silu(
+            mixed.view(1, mixed.shape[1], -1), conv_weight, cu_seqlens, conv_layout
+        )
+        return query, key, value, z, gates[..., :own_heads], gates[..., own_heads:]
 
 
 def init_like_checkpoint(layer: _GatedDeltaNetBase, std: float = 0.02) -> None:

@@ -1,10 +1,20 @@
-"""Tensor parallelism for the GDN layers: each rank holds Hk/tp key heads and Hv/tp value heads.
+"""Tensor parallelism for the GDN layers: each rank computes Hk/tp key heads and Hv/tp value heads.
 
 The input projections are column-parallel, split on head boundaries (a rank's rows are whole
 heads, in each of the checkpoint's sections), the output projection row-parallel: one
 all-reduce of the output per step, or, under sequence parallelism, an all-gather of the input
-tokens and a reduce-scatter of the output. A layer loads the unsharded checkpoint's tensors
-under their own names (each rank keeps its slices) and `full_state_dict()` puts them back together.
+tokens and a reduce-scatter of the output.
+
+Where the parameters live is a choice:
+- sharded (the default): a rank holds only its heads' slices; a layer loads the unsharded
+  checkpoint's tensors under their own names (each rank keeps its slices) and
+  `full_state_dict()` puts them back together;
+- whole (`whole_params=True`, what slime's checkpoints, HF conversion and weight updates expect):
+  every rank holds every parameter whole and computes on its heads' slices of it, so each rank's
+  gradient covers only its heads. They are summed over the group either in the backward
+  (`grads_summed_by="backward"`) or by Megatron's own step for parameters marked
+  `sequence_parallel` (`"megatron"`: its finalize_model_grads all-reduces those over TP under
+  sequence parallelism, once per optimizer step instead of once per micro-batch).
 """
 
 from __future__ import annotations
@@ -112,25 +122,62 @@ def _reduce_scatter_tokens(x: torch.Tensor, group, size: int) -> torch.Tensor:
     return out
 
 
+GRADS_SUMMED_BY = ("backward", "megatron")
+
+
 @dataclass(frozen=True)
 class TensorParallel:
-    """A layer's tensor-parallel group (size 1: none) and whether its tokens are sequence-parallel."""
+    """A layer's tensor-parallel group (size 1: none), sequence parallelism, and where its parameters live."""
 
     group: object = None
     rank: int = 0
     size: int = 1
     sequence_parallel: bool = False
+    whole_params: bool = False
+    grads_summed_by: str = "backward"
 
     @classmethod
-    def of(cls, group, sequence_parallel: bool = False) -> TensorParallel:
+    def of(
+        cls, group, sequence_parallel: bool = False, whole_params: bool = False, grads_summed_by: str = "backward"
+    ) -> TensorParallel:
         """The layer's parallel setting from a process group (None: one rank)."""
+        if grads_summed_by not in GRADS_SUMMED_BY:
+            raise ValueError(f"grads_summed_by must be one of {', '.join(GRADS_SUMMED_BY)}, got {grads_summed_by!r}")
+        if grads_summed_by == "megatron" and not sequence_parallel:
+            # Megatron's finalize_model_grads sums `sequence_parallel` parameters only under SP.
+            raise ValueError("grads_summed_by='megatron' needs sequence_parallel: Megatron sums them over TP only then")
         if group is None:
             if sequence_parallel:
                 raise ValueError("sequence_parallel needs a tensor-parallel group (tp_group)")
-            return cls()
+            return cls(whole_params=whole_params)
         import torch.distributed as dist
 
-        return cls(group, dist.get_rank(group), dist.get_world_size(group), sequence_parallel)
+        rank, size = dist.get_rank(group), dist.get_world_size(group)
+        if rank < 0:
+            raise ValueError("this rank is not a member of tp_group: build the layer with a group it belongs to")
+        return cls(group, rank, size, sequence_parallel, whole_params, grads_summed_by)
+
+    def param_config(self, cfg):
+        """The config the parameters are built with: the whole model's, or this rank's heads when sharded."""
+        return cfg if self.whole_params else self.local_config(cfg)
+
+    def share(self, param: torch.Tensor, rule: ShardRule) -> torch.Tensor:
+        """The slices of a parameter this rank computes with (the parameter itself where it is sharded)."""
+        if not self.whole_params or self.size == 1:
+            return param
+        return rule.local(self._summed(param), self.rank, self.size)
+
+    def mark_megatron_reduced(self, params) -> None:
+        """Tag whole parameters whose gradients Megatron must sum over TP (its `sequence_parallel` attribute)."""
+        if self.whole_params and self.size > 1 and self.grads_summed_by == "megatron":
+            for param in params:
+                param.sequence_parallel = True
+
+    def _summed(self, param: torch.Tensor) -> torch.Tensor:
+        """`param`, its gradient summed over the group in the backward unless Megatron sums it later."""
+        if self.size == 1 or (self.whole_params and self.grads_summed_by == "megatron"):
+            return param
+        return _CopyToGroup.apply(param, self.group)
 
     def local_config(self, cfg):
         """The per-rank layer config: key and value heads divided by the group size."""
@@ -152,7 +199,7 @@ class TensorParallel:
 
     def replicated(self, param: torch.Tensor) -> torch.Tensor:
         """A parameter every rank holds whole but applies to its own heads: its gradient summed over the group."""
-        return param if self.size == 1 else _CopyToGroup.apply(param, self.group)
+        return self._summed(param)
 
     def leave(self, y: torch.Tensor) -> torch.Tensor:
         """The output projection's partial sums made whole (and split over tokens again under SP)."""
