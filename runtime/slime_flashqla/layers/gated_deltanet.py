@@ -247,8 +247,15 @@ class _GatedDeltaNetBase(nn.Module):
                 "(slime's packed_seq_params.cu_seqlens_q): its zigzag layout is read from it"
             )
         from slime_flashqla.gdn.cu_seqlens import checked_cu_seqlens_offsets
+        from slime_flashqla.gdn.errors import GDNInputError
 
-        checked, offsets = checked_cu_seqlens_offsets(cu_seqlens, tokens * self.cp.size)
+        try:
+            checked, offsets = checked_cu_seqlens_offsets(cu_seqlens, tokens * self.cp.size)
+        except GDNInputError as error:
+            raise ContextParallelError(
+                f"{error} (GDN context parallelism {self.cp.size}: T is the whole pack, {tokens} tokens on each of "
+                f"{self.cp.size} ranks; pass the whole pack's cu_seqlens, slime's packed_seq_params.cu_seqlens_q)"
+            ) from None
         return checked, self.cp.layout(checked, offsets, tokens)
 
 
