@@ -1,0 +1,290 @@
+"""GDN layers split over TP x CP ranks on one GPU: parity with the real kernels, and each rank's cost.
+
+A measurement script, not a test (pytest does not collect it). On a GPU node with flash-qla:
+
+    PYTHONPATH=/tmp/site:$PWD/runtime python3 tests/gpu/gdn_split_check.py parity [--json F]
+    PYTHONPATH=/tmp/site:$PWD/runtime python3 tests/gpu/gdn_split_check.py cost [--tokens 65536,262144] [--json F]
+
+parity: the ranks as processes on one GPU, gloo carrying the CUDA tensors through host memory,
+each layer built whole and split with `compute_on_share` (as slime's Attention does), bf16 on
+`--backend` (flashqla). Each rank's output, input gradient and parameter gradients (summed over
+the ranks as Megatron's reductions do) against the whole layer in float32 on the `torch`
+reference, beside the unsplit bf16 layer's own error against the same reference.
+
+cost: one process standing for rank 0 of a TP x CP world whose collectives are no-ops (torch's
+fake process group): what that rank computes and holds, without communication. Forward+backward
+time (CUDA events, median of --iters) and activation memory (allocated after the forward, less
+the input, the output and what was allocated before) against the unsplit layer at the same pack,
+as a ratio to be read against 1/(TP x CP). The last line of each mode is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import sys
+from types import SimpleNamespace
+
+import torch
+
+from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
+
+CLASSES = {"qwen3-next": Qwen3NextGatedDeltaNet, "qwen3.5": Qwen3_5GatedDeltaNet}
+SHAPES = {"qwen3-next": (16, 32, 2048), "qwen3.5": (16, 64, 4096)}  # Qwen3-Next-80B, Qwen3.5-397B at TP 1
+SPLITS = [(2, 1), (1, 2), (4, 1), (2, 2), (1, 4), (8, 1), (2, 4), (1, 8)]
+
+
+def config(model: str, dtype, heads=None, hidden=None):
+    hk, hv, h = SHAPES[model]
+    hk, hv = heads or (hk, hv)
+    return SimpleNamespace(
+        hidden_size=hidden or h, linear_num_key_heads=hk, linear_num_value_heads=hv, linear_key_head_dim=128,
+        linear_value_head_dim=128, linear_conv_kernel_dim=4, hidden_act="silu", rms_norm_eps=1e-6, dtype=dtype,
+    )  # fmt: skip
+
+
+def zigzag_rows(offsets, size, rank):
+    rows = []
+    for start, end in itertools.pairwise(offsets):
+        chunk = (end - start) // (2 * size)
+        for index in (rank, 2 * size - 1 - rank):
+            rows.extend(range(start + index * chunk, start + (index + 1) * chunk))
+    return rows
+
+
+def groups_of(tp, cp, rank):
+    import torch.distributed as dist
+
+    mine = {}
+    for c in range(cp):
+        group = dist.new_group([c * tp + t for t in range(tp)])
+        if c == rank // tp:
+            mine["tp"] = group
+    for t in range(tp):
+        group = dist.new_group([c * tp + t for c in range(cp)])
+        if t == rank % tp:
+            mine["cp"] = group
+    return (mine["tp"] if tp > 1 else None), (mine["cp"] if cp > 1 else None)
+
+
+def rel(a, b) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+# ---- parity ---------------------------------------------------------------------------------
+
+
+def _parity_rank(rank, world, store, model, tp, cp, sp, backend, lengths, queue):
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    torch.cuda.set_device(0)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world, timeout=timedelta(600))
+    try:
+        tp_group, cp_group = groups_of(tp, cp, rank)
+        device = torch.device("cuda")
+        torch.manual_seed(0)
+        whole32 = CLASSES[model](config(model, torch.float32), backend="torch", preload_kernels=False).to(device)
+        init_like_checkpoint(whole32)
+        state = whole32.state_dict()
+        whole16 = CLASSES[model](config(model, torch.bfloat16), backend=backend).to(device)
+        whole16.load_state_dict(state)
+        split = CLASSES[model](config(model, torch.bfloat16), backend=backend).to(device)
+        split.load_state_dict(state)
+        split.compute_on_share(tp_group=tp_group, cp_group=cp_group, sequence_parallel=sp)
+        offsets = [0]
+        for n in lengths:
+            offsets.append(offsets[-1] + -(-n // (2 * cp)) * 2 * cp)
+        cu = torch.tensor(offsets, dtype=torch.int32, device=device)
+        gen = torch.Generator(device=device).manual_seed(1)
+        hidden = SHAPES[model][2]
+        x = torch.randn(1, offsets[-1], hidden, generator=gen, device=device)
+        dy = torch.randn(1, offsets[-1], hidden, generator=gen, device=device)
+        results = {}
+        refs = {}
+        for name, layer, dtype in (("ref", whole32, torch.float32), ("unsplit", whole16, torch.bfloat16)):
+            xi = x.to(dtype).requires_grad_()
+            out = layer(xi, cu_seqlens=cu)
+            out.backward(dy.to(dtype))
+            refs[name] = (out, xi.grad, {n: p.grad for n, p in layer.named_parameters()})
+        rows = torch.tensor(zigzag_rows(offsets, cp, rank // tp), device=device)
+
+        def mine(t):
+            t = t[:, rows]
+            return t.chunk(tp, dim=1)[rank % tp] if sp else t
+
+        xs = mine(x).to(torch.bfloat16).requires_grad_()
+        out = split(xs, cu_seqlens=cu)
+        out.backward(mine(dy).to(torch.bfloat16))
+        ref_out, ref_dx, ref_grads = refs["ref"]
+        u_out, u_dx, u_grads = refs["unsplit"]
+        results["split"] = {"out": rel(out, mine(ref_out)), "dx": rel(xs.grad, mine(ref_dx))}
+        results["unsplit"] = {"out": rel(mine(u_out), mine(ref_out)), "dx": rel(mine(u_dx), mine(ref_dx))}
+        for n, p in split.named_parameters():
+            grad = p.grad.float()
+            if cp_group is not None:
+                dist.all_reduce(grad, group=cp_group)
+            if getattr(p, "sequence_parallel", False):
+                dist.all_reduce(grad, group=tp_group)
+            results["split"][n] = rel(grad, ref_grads[n])
+            results["unsplit"][n] = rel(u_grads[n], ref_grads[n])
+        queue.put((rank, results))
+    except BaseException as error:  # the parent prints it in its table
+        queue.put((rank, f"{type(error).__name__}: {error}"))
+    finally:
+        dist.destroy_process_group()
+
+
+def parity(args) -> list[dict]:
+    import multiprocessing as mp
+    import tempfile
+
+    ctx = mp.get_context("spawn")
+    rows = []
+    lengths = [int(n) for n in args.lengths.split(",")]
+    for model in args.models.split(","):
+        for tp, cp, sp in [(2, 1, False), (1, 2, False), (2, 2, False), (1, 4, False), (2, 1, True), (2, 2, True)]:
+            queue = ctx.Queue()
+            store = tempfile.mktemp(prefix="gdn_split_store_")
+            world = tp * cp
+            procs = [
+                ctx.Process(
+                    target=_parity_rank, args=(r, world, store, model, tp, cp, sp, args.backend, lengths, queue)
+                )
+                for r in range(world)
+            ]
+            for p in procs:
+                p.start()
+            got = dict(queue.get(timeout=900) for _ in procs)
+            for p in procs:
+                p.join(timeout=30)
+            errors = [v for v in got.values() if isinstance(v, str)]
+            row = {"model": model, "tp": tp, "cp": cp, "sp": sp}
+            if errors:
+                row["error"] = errors[0]
+            else:
+                row["split_max"] = max(max(r["split"].values()) for r in got.values())
+                row["unsplit_max"] = max(max(r["unsplit"].values()) for r in got.values())
+                row["split_dx"] = max(r["split"]["dx"] for r in got.values())
+                row["unsplit_dx"] = max(r["unsplit"]["dx"] for r in got.values())
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print(f"{'model':<11} {'TP':>3} {'CP':>3} {'SP':>3} {'split max err':>14} {'unsplit max err':>16}")
+    for r in rows:
+        tail = r.get("error") or f"{r['split_max']:14.2e} {r['unsplit_max']:16.2e}"
+        print(f"{r['model']:<11} {r['tp']:>3} {r['cp']:>3} {int(r['sp']):>3} {tail}")
+    return rows
+
+
+# ---- cost -----------------------------------------------------------------------------------
+
+
+def _time_layer(layer, x, cu, dy, iters):
+    """(median forward+backward ms, activation bytes) of one layer on one input."""
+    times = []
+    activation = 0
+    for i in range(iters + 2):
+        xi = x.detach().requires_grad_()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = layer(xi, cu_seqlens=cu)
+        torch.cuda.synchronize()
+        activation = torch.cuda.memory_allocated() - before - out.numel() * out.element_size()
+        out.backward(dy)
+        end.record()
+        torch.cuda.synchronize()
+        if i >= 2:
+            times.append(start.elapsed_time(end))
+        del out, xi
+        layer.zero_grad(set_to_none=True)
+    return statistics.median(times), activation
+
+
+def _cost_one(model, tokens, tp, cp, backend, iters, sequence):
+    """One process standing for rank 0 of a TP x CP world (fake collectives): its time and activations."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    device = torch.device("cuda")
+    if tp * cp > 1:
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp * cp)
+    try:
+        tp_group, cp_group = groups_of(tp, cp, 0) if tp * cp > 1 else (None, None)
+        torch.manual_seed(0)
+        layer = CLASSES[model](config(model, torch.bfloat16), backend=backend).to(device)
+        init_like_checkpoint(layer)
+        layer.compute_on_share(tp_group=tp_group, cp_group=cp_group)
+        offsets = list(range(0, tokens + 1, sequence))
+        cu = torch.tensor(offsets, dtype=torch.int32, device=device)
+        local = tokens // cp
+        x = torch.randn(1, local, SHAPES[model][2], device=device, dtype=torch.bfloat16)
+        dy = torch.randn_like(x)
+        ms, activation = _time_layer(layer, x, cu, dy, iters)
+        return {"ms": ms, "activation_bytes": activation}
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def cost(args) -> list[dict]:
+    rows = []
+    for model in args.models.split(","):
+        for tokens in (int(t) for t in args.tokens.split(",")):
+            base = _cost_one(model, tokens, 1, 1, args.backend, args.iters, args.sequence)
+            for tp, cp in [(1, 1), *SPLITS]:
+                got = (
+                    base
+                    if (tp, cp) == (1, 1)
+                    else _cost_one(model, tokens, tp, cp, args.backend, args.iters, args.sequence)
+                )
+                memory_ratio = got["activation_bytes"] / base["activation_bytes"]
+                row = {
+                    "model": model, "tokens": tokens, "tp": tp, "cp": cp, **got, "time_ratio": got["ms"] / base["ms"],
+                    "memory_ratio": memory_ratio, "target": 1.15 / (tp * cp),
+                }  # fmt: skip
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    print(
+        f"{'model':<11} {'tokens':>7} {'TP':>3} {'CP':>3} {'ms':>9} {'act GiB':>8} {'time x':>7} {'mem x':>7} {'<=':>6}"
+    )
+    for r in rows:
+        print(
+            f"{r['model']:<11} {r['tokens']:>7} {r['tp']:>3} {r['cp']:>3} {r['ms']:9.2f} "
+            f"{r['activation_bytes'] / 2**30:8.2f} {r['time_ratio']:7.3f} {r['memory_ratio']:7.3f} {r['target']:6.3f}"
+        )
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="gdn_split_check.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=("parity", "cost"))
+    parser.add_argument("--models", default="qwen3-next,qwen3.5", help="(default: %(default)s)")
+    parser.add_argument("--backend", default="flashqla", help="the split layers' kernel (default: %(default)s)")
+    parser.add_argument("--lengths", default="3000,1000,2500,700,64,1", help="parity pack (default: %(default)s)")
+    parser.add_argument("--tokens", default="65536,262144", help="cost packs' tokens (default: %(default)s)")
+    parser.add_argument(
+        "--sequence", type=int, default=16384, help="cost packs' sequence length (default: %(default)s)"
+    )
+    parser.add_argument("--iters", type=int, default=5, help="timed steps per cost row (default: %(default)s)")
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("gdn_split_check.py: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    rows = parity(args) if args.mode == "parity" else cost(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print(json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
