@@ -20,7 +20,7 @@ from slime_flashqla.kernels.preload import start_kernel_preload
 from slime_flashqla.layers.config import GDNConfig
 from slime_flashqla.layers.context_parallel import ContextParallel, ContextParallelError
 from slime_flashqla.layers.ops import gdn_gates, rms_norm_gated, shared_input_linears, short_conv_silu
-from slime_flashqla.layers.tensor_parallel import ShardRule, TensorParallel
+from slime_flashqla.layers.tensor_parallel import ShardRule, TensorParallel, check_same_layer
 from slime_flashqla.triton_ops.causal_conv1d import ProjectionLayout
 from slime_flashqla.workload.lengths import packed_offsets
 
@@ -94,6 +94,14 @@ class _GatedDeltaNetBase(nn.Module):
             self._register_load_state_dict_pre_hook(self._keep_own_shards)
 
     def _set_parallel(self, tp: TensorParallel, cp: ContextParallel) -> None:
+        full = self.full_config
+        facts = (
+            f"{full.num_key_heads}/{full.num_value_heads} heads, K={full.key_head_dim}, V={full.value_head_dim}, "
+            f"hidden {full.hidden_size}, conv {full.conv_kernel_dim}, sequence parallel {tp.sequence_parallel}, "
+            f"parameters {'whole' if tp.whole_params else 'sharded'}"
+        )
+        for group in (g for g, size in ((tp.group, tp.size), (cp.group, cp.size)) if size > 1):
+            check_same_layer(group, facts)
         self.tp, self.cp = tp, cp
         cfg = tp.local_config(self.full_config)
         self.config = cfg
@@ -158,7 +166,14 @@ class _GatedDeltaNetBase(nn.Module):
         for name, rule in self.shard_rules().items():
             key = prefix + name
             if rule is not None and key in state_dict and state_dict[key].shape != own[name].shape:
-                state_dict[key] = self.tp.shard(state_dict[key], rule)
+                tensor, whole = state_dict[key], list(own[name].shape)
+                whole[rule.dim] = sum(rule.sections)
+                if list(tensor.shape) != whole:
+                    raise ValueError(
+                        f"size mismatch for {key}: the checkpoint's tensor is {tuple(tensor.shape)}, "
+                        f"the whole model's is {tuple(whole)}"
+                    )
+                state_dict[key] = self.tp.shard(tensor, rule)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The unsharded checkpoint's tensors under their names (a collective: every tensor-parallel rank calls it)."""
@@ -200,6 +215,9 @@ class _GatedDeltaNetBase(nn.Module):
             )
         if cu_seqlens is not None and hidden_states.shape[0] != 1:
             raise ValueError(f"with cu_seqlens hidden_states must be packed as B == 1, got B={hidden_states.shape[0]}")
+        if hidden_states.is_meta or hidden_states.numel() == 0:
+            # What the kernel API gives for them: shape-only (meta) or empty outputs, the graph kept.
+            return hidden_states.mul(0)
         layout = None
         if self.cp.size > 1 or cu_seqlens is not None:
             # Checked before the first collective (TP's gather, CP's all-to-all): every rank refuses

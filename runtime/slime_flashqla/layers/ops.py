@@ -66,7 +66,8 @@ def causal_conv1d_silu_torch(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=N
     if cu_seqlens is None:
         return conv(x)
     offsets = cu_seqlens.tolist()
-    return torch.cat([conv(x[:, a:b]) for a, b in itertools.pairwise(offsets)], dim=1)
+    # An empty sequence (a repeated offset, as padded packs have) has nothing to convolve.
+    return torch.cat([x[:, :0], *(conv(x[:, a:b]) for a, b in itertools.pairwise(offsets) if b > a)], dim=1)
 
 
 def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=None) -> torch.Tensor:

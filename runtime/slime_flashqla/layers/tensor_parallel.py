@@ -125,6 +125,20 @@ def _reduce_scatter_tokens(x: torch.Tensor, group, size: int) -> torch.Tensor:
 GRADS_SUMMED_BY = ("backward", "megatron")
 
 
+def check_same_layer(group, facts: str) -> None:
+    """Refuse, on every rank, a group whose ranks built different layers (a collective over `group`).
+
+    Their partial results would otherwise be summed and exchanged as if they matched.
+    """
+    import torch.distributed as dist
+
+    seen: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(seen, facts, group=group)
+    if len(set(seen)) > 1:
+        ranks = "; ".join(f"rank {rank}: {fact}" for rank, fact in enumerate(seen))
+        raise ValueError(f"the ranks of this GDN layer's parallel group built different layers: {ranks}")
+
+
 @dataclass(frozen=True)
 class TensorParallel:
     """A layer's tensor-parallel group (size 1: none), sequence parallelism, and where its parameters live."""
