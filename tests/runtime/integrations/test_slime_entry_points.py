@@ -94,7 +94,7 @@ def test_bad_settings_are_refused_before_anything_is_patched(monkeypatch):
     monkeypatch.setenv("SLIME_FLASHQLA_COMM_CHECK", "never")
     with pytest.raises(ValueError, match=r"\$SLIME_FLASHQLA_COMM_CHECK is 'never'"):
         integration.install()
-    with pytest.raises(ValueError, match="threshold_gb must be a finite number >= 0"):
+    with pytest.raises(ValueError, match=r"threshold_gb must be a number from 0 to 1048576 \(GiB\), got nan"):
         integration.install(policy="off", threshold_gb=float("nan"))
     assert integration.active() is None
 

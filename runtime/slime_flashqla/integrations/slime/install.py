@@ -9,18 +9,17 @@ module it patched.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 from dataclasses import dataclass, field
 
 from slime_flashqla import comm_guard
-from slime_flashqla.comm_guard.policy import FIRST_USE, resolve_policy
+from slime_flashqla.comm_guard.policy import FIRST_USE
+from slime_flashqla.comm_guard.settings import DEFAULT_THRESHOLD_GB, Settings
 from slime_flashqla.integrations.slime import comm, gdn
 from slime_flashqla.integrations.slime.patches import PatchOnImport, PatchSet
 
 SWITCH_ENV = "SLIME_FLASHQLA_SLIME"
-DEFAULT_THRESHOLD_GB = 3.0  # slime's `free_GB < 3`
 logger = logging.getLogger("slime_flashqla.integrations.slime")
 
 # slime module -> what the integration changes in it, in words (the doctor shows this before install).
@@ -70,8 +69,8 @@ class Installation:
 
     def comm_checks(self) -> dict[str, int]:
         """Probes run by slime's call sites (always / whitelist); the guard's are in comm_guard.stats()."""
-        site = self.call_sites
-        return {"checked": site.checked, "cleared": site.cleared} if site else {"checked": 0, "cleared": 0}
+        checked, cleared = self.call_sites.counts if self.call_sites else (0, 0)
+        return {"checked": checked, "cleared": cleared}
 
     def describe(self) -> str:
         """One line: what is in force."""
@@ -96,25 +95,21 @@ def install(policy: str | None = None, threshold_gb: float = DEFAULT_THRESHOLD_G
     """Put slime_flashqla's backends, layers and comm guard policy under slime in this process (once); None when off.
 
     `policy` defaults to $SLIME_FLASHQLA_COMM_CHECK, else first-use; `probe` returns free bytes
-    (default: the comm guard's). A second call returns the installation in force unchanged.
+    (default: the comm guard's). The arguments are checked as `comm_guard.install` checks them.
+    A second call returns the installation in force unchanged.
     """
     with _LOCK:
-        current = active()
-        if current is not None:
-            return current
         if not enabled():
             logger.info("slime-flashqla slime integration not installed: $%s=0", SWITCH_ENV)
             return None
-        resolved = resolve_policy(policy)
-        number = isinstance(threshold_gb, int | float) and not isinstance(threshold_gb, bool)
-        if not number or not math.isfinite(threshold_gb) or threshold_gb < 0:
-            raise ValueError(f"slime integration: threshold_gb must be a finite number >= 0 GiB, got {threshold_gb!r}")
-        if probe is not None and not callable(probe):
-            raise TypeError(f"slime integration: probe must be a callable returning free bytes or None, got {probe!r}")
-        found = Installation(resolved, float(threshold_gb))
-        found.call_sites = comm.CallSiteCheck(resolved, threshold_gb, probe or comm_guard.probe)
-        if resolved == FIRST_USE:
-            comm.install_guard(found.signatures, found.p2p_ops, threshold_gb, probe)
+        settings = Settings.checked(policy, threshold_gb, probe)  # before anything is touched
+        current = active()
+        if current is not None:
+            return current
+        found = Installation(settings.policy.name, settings.threshold_gb)
+        found.call_sites = comm.CallSiteCheck(settings)
+        if settings.policy.first_use:
+            comm.install_guard(found.signatures, found.p2p_ops, settings)
         found.finder = PatchOnImport(
             {
                 gdn.BACKEND_MODULE: lambda module: gdn.patch_backend_module(found.patches, module),
