@@ -10,7 +10,7 @@ import threading
 import warnings
 from collections.abc import Callable
 
-from slime_flashqla.comm_guard import fastpath, memory, ops
+from slime_flashqla.comm_guard import dynamo, fastpath, memory, ops
 from slime_flashqla.comm_guard.policy import BY_CODE, BY_NAME, FIRST_USE, Policy
 from slime_flashqla.comm_guard.settings import DEFAULT_THRESHOLD_GB, Settings
 
@@ -224,11 +224,9 @@ def _guarded(original: Callable, op_name: str, key, call: Callable, is_method: b
 def _stands_for(wrapper: Callable, original: Callable, module: str | None) -> None:
     """Mark `wrapper` as standing in for `original`: for uninstall, for TorchDynamo and for pickle."""
     setattr(wrapper, _ORIGINAL_ATTR, original)
-    # TorchDynamo traces what this names instead of the wrapper (inspect.getattr_static, only while
-    # it traces): a compiled graph holds torch's own call, which Dynamo maps to a functional
-    # collective where it can, so `fullgraph=True` compiles as it does unguarded; no guard code is
-    # traced or run inside a compiled region, and eager calls keep the guard.
-    wrapper._torchdynamo_inline = original
+    # TorchDynamo sees torch's own function, never the guard's code (comm_guard/dynamo.py): a compiled
+    # graph holds what it holds unguarded, and eager calls keep the guard.
+    dynamo.stand_in(wrapper, original)
     if module is not None:
         # pickle saves a function as module + name and checks that the name leads back to it:
         # torch.distributed.<name> is this wrapper while installed (the original's module holds the original).
@@ -263,6 +261,7 @@ def _p2pop_unwrapping(original: Callable) -> Callable:
         return original(*args, **kwargs)
 
     setattr(wrapper, _ORIGINAL_ATTR, original)
+    dynamo.stand_in(wrapper, original)  # Dynamo builds a P2POp with torch's own __init__, as unguarded
     return wrapper
 
 
@@ -342,6 +341,7 @@ def _unpatch(patches: list) -> list[str]:
 
 def _unpatch_all() -> list[str]:
     """Restore every original object; return names someone else had re-patched meanwhile."""
+    dynamo.hide()
     return _unpatch(_METHOD_PATCHES) + _unpatch(_PATCHES)
 
 
@@ -367,6 +367,7 @@ def install_settings(settings: Settings, *, methods: bool = False) -> str:
     with _LOCK:
         if not _PATCHES:
             _patch_all()
+            dynamo.show([(wrapper, original) for _, _, original, wrapper in _PATCHES])
         if methods and not _METHOD_PATCHES:
             _patch_methods()
         elif not methods and _METHOD_PATCHES:
