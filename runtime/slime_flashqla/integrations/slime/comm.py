@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import sys
 import types
 from collections.abc import Callable
@@ -36,8 +37,10 @@ from slime_flashqla.comm_guard.guard import first_time, install_settings
 from slime_flashqla.comm_guard.memory import MemoryCheck
 from slime_flashqla.comm_guard.settings import Settings
 from slime_flashqla.integrations.slime.patches import PatchSet
+from slime_flashqla.integrations.slime.source import TESTED_SLIME
 
 RPG_MODULE = "slime.utils.reloadable_process_group"
+logger = logging.getLogger("slime_flashqla.integrations.slime")
 # On the patched `_wrap_low_level_call`: a one-item list, the check every patched call site runs.
 CURRENT_CHECK_ATTR = "__slime_flashqla_check__"
 # slime's own name for the check's probe; wrappers of its module-level collectives carry it.
@@ -63,12 +66,40 @@ class CallSiteCheck:
 
 
 def patch_call_sites(patches: PatchSet, module, check: CallSiteCheck) -> None:
-    """Replace slime's `_wrap_low_level_call` by its own context manager, the check decided by the policy."""
+    """Replace slime's `_wrap_low_level_call` by its own context manager, the check decided by the policy.
+
+    What this slime lacks stays as slime has it, named in one warning (slime's own memory check runs there).
+    """
     if "_wrap_low_level_call" in vars(module).get("__slime_flashqla_replaced__", {}):
         # Patched already, by an install this process inherited (a forked child's): the new check goes in.
         getattr(module._wrap_low_level_call, CURRENT_CHECK_ATTR)[0] = check
         return
     current = [check]  # every call site below reads the check from here, so a reinstall reaches them
+    missing = []
+    if callable(getattr(module, "_wrap_low_level_call", None)):
+        _patch_context_manager(patches, module, current)
+    else:
+        missing.append("_wrap_low_level_call")
+    group_class = getattr(module, "ReloadableProcessGroup", None)
+    if not isinstance(group_class, type):
+        missing.append("ReloadableProcessGroup")
+    else:
+        for name, patch in (("reload_process_groups", _patch_reload), ("_fwd", _patch_forward)):
+            if callable(getattr(group_class, name, None)):
+                patch(patches, group_class, current)
+            else:
+                missing.append(f"ReloadableProcessGroup.{name}")
+    if missing:
+        logger.warning(
+            "slime-flashqla: this slime's %s has no %s: left as slime has them (no memory check by the integration "
+            "there); the integration was tested with slime %s",
+            module.__name__,
+            ", ".join(missing),
+            TESTED_SLIME,
+        )
+
+
+def _patch_context_manager(patches: PatchSet, module, current: list) -> None:
     original = module._wrap_low_level_call
 
     @functools.wraps(original)
@@ -81,7 +112,9 @@ def patch_call_sites(patches: PatchSet, module, check: CallSiteCheck) -> None:
 
     setattr(_wrap_low_level_call, CURRENT_CHECK_ATTR, current)
     patches.set(module, "_wrap_low_level_call", _wrap_low_level_call)
-    group_class = module.ReloadableProcessGroup
+
+
+def _patch_reload(patches: PatchSet, group_class: type, current: list) -> None:
     reload_groups = group_class.reload_process_groups
 
     def reload_process_groups():
@@ -91,6 +124,9 @@ def patch_call_sites(patches: PatchSet, module, check: CallSiteCheck) -> None:
 
     reload_process_groups = functools.wraps(reload_groups)(reload_process_groups)
     patches.set(group_class, "reload_process_groups", staticmethod(reload_process_groups))
+
+
+def _patch_forward(patches: PatchSet, group_class: type, current: list) -> None:
     forward = group_class._fwd
 
     @functools.wraps(forward)
