@@ -20,11 +20,12 @@ _FIRST_USE_CODE = BY_NAME[FIRST_USE].code
 class _State:
     """Process-wide configuration: the policy in force and the memory check (install sets its threshold and probe)."""
 
-    __slots__ = ("check", "policy")
+    __slots__ = ("check", "policy", "settings")
 
     def __init__(self) -> None:
         self.policy: Policy | None = None
         self.check = memory.MemoryCheck()
+        self.settings: Settings | None = None  # what the install in force was given
 
 
 _STATE = _State()
@@ -372,7 +373,7 @@ def install_settings(settings: Settings, *, methods: bool = False) -> str:
             _patch_methods()
         elif not methods and _METHOD_PATCHES:
             _warn_foreign(_unpatch(_METHOD_PATCHES))
-        _STATE.policy = settings.policy
+        _STATE.policy, _STATE.settings = settings.policy, settings
         _STATE.check.probe = settings.probe
         _STATE.check.threshold_bytes = settings.threshold_bytes
         _rearm()
@@ -384,7 +385,7 @@ def uninstall() -> None:
     """Put torch.distributed's original functions back; a no-op when not installed."""
     with _LOCK:
         _CODE[0] = None  # wrappers someone still holds now pass straight through
-        _STATE.policy = None
+        _STATE.policy = _STATE.settings = None
         foreign = _unpatch_all()
         _rearm()
     _warn_foreign(foreign)
@@ -414,6 +415,11 @@ def active_policy() -> str | None:
     """The policy in force, or None when not installed."""
     policy = _STATE.policy
     return policy and policy.name
+
+
+def installed_settings() -> Settings | None:
+    """The settings the install in force was given (the very object), or None when not installed."""
+    return _STATE.settings
 
 
 def rearm() -> None:
@@ -451,7 +457,7 @@ def reset_stats() -> None:
 def _after_fork_in_child() -> None:
     """Start a forked child clean: originals back, counters at zero."""
     _CODE[0] = None
-    _STATE.policy = None
+    _STATE.policy = _STATE.settings = None
     _unpatch_all()
     _rearm()
     reset_stats()

@@ -41,8 +41,6 @@ from slime_flashqla.integrations.slime.source import TESTED_SLIME
 
 RPG_MODULE = "slime.utils.reloadable_process_group"
 logger = logging.getLogger("slime_flashqla.integrations.slime")
-# On the patched `_wrap_low_level_call`: a one-item list, the check every patched call site runs.
-CURRENT_CHECK_ATTR = "__slime_flashqla_check__"
 # slime's own name for the check's probe; wrappers of its module-level collectives carry it.
 _SLIME_COMM_WRAPPER = "get_new_comm_function.<locals>.new_function"
 # The first-use keys of direct ReloadableProcessGroup calls: (method, inner group), re-armed with the guard's.
@@ -70,14 +68,9 @@ def patch_call_sites(patches: PatchSet, module, check: CallSiteCheck) -> None:
 
     What this slime lacks stays as slime has it, named in one warning (slime's own memory check runs there).
     """
-    if "_wrap_low_level_call" in vars(module).get("__slime_flashqla_replaced__", {}):
-        # Patched already, by an install this process inherited (a forked child's): the new check goes in.
-        getattr(module._wrap_low_level_call, CURRENT_CHECK_ATTR)[0] = check
-        return
-    current = [check]  # every call site below reads the check from here, so a reinstall reaches them
     missing = []
     if callable(getattr(module, "_wrap_low_level_call", None)):
-        _patch_context_manager(patches, module, current)
+        _patch_context_manager(patches, module, check)
     else:
         missing.append("_wrap_low_level_call")
     group_class = getattr(module, "ReloadableProcessGroup", None)
@@ -86,7 +79,7 @@ def patch_call_sites(patches: PatchSet, module, check: CallSiteCheck) -> None:
     else:
         for name, patch in (("reload_process_groups", _patch_reload), ("_fwd", _patch_forward)):
             if callable(getattr(group_class, name, None)):
-                patch(patches, group_class, current)
+                patch(patches, group_class, check)
             else:
                 missing.append(f"ReloadableProcessGroup.{name}")
     if missing:
@@ -99,22 +92,20 @@ def patch_call_sites(patches: PatchSet, module, check: CallSiteCheck) -> None:
         )
 
 
-def _patch_context_manager(patches: PatchSet, module, current: list) -> None:
+def _patch_context_manager(patches: PatchSet, module, site: CallSiteCheck) -> None:
     original = module._wrap_low_level_call
 
     @functools.wraps(original)
     def _wrap_low_level_call(check_memory=True):
-        site = current[0]
         # slime's check_memory=False is its skip list; a first use is for the guard's wrappers to see, not this site.
         if site.policy.checks(skippable=not check_memory, first_time=False):
             site.memory.run(site.counts)
         return original(check_memory=False)  # slime's own, for its note on a failing collective
 
-    setattr(_wrap_low_level_call, CURRENT_CHECK_ATTR, current)
     patches.set(module, "_wrap_low_level_call", _wrap_low_level_call)
 
 
-def _patch_reload(patches: PatchSet, group_class: type, current: list) -> None:
+def _patch_reload(patches: PatchSet, group_class: type, site: CallSiteCheck) -> None:
     reload_groups = group_class.reload_process_groups
 
     def reload_process_groups():
@@ -126,13 +117,12 @@ def _patch_reload(patches: PatchSet, group_class: type, current: list) -> None:
     patches.set(group_class, "reload_process_groups", staticmethod(reload_process_groups))
 
 
-def _patch_forward(patches: PatchSet, group_class: type, current: list) -> None:
+def _patch_forward(patches: PatchSet, group_class: type, site: CallSiteCheck) -> None:
     forward = group_class._fwd
 
     @functools.wraps(forward)
     def _fwd(self, method, *args, **kwargs):
         # A direct call of a group method: no torch.distributed function, so no guard wrapper, saw it.
-        site = current[0]
         if site.policy.first_use and first_time(GROUP_METHOD_KEYS, (method, self.group)):
             site.memory.run(site.counts)
         return forward(self, method, *args, **kwargs)
@@ -202,20 +192,21 @@ def hand_torch_own_p2p_ops(patches: PatchSet) -> None:
         patches.set(dist.P2POp, name, staticmethod(wrapped) if name == "__new__" else wrapped)
 
 
-def install_guard(signatures: PatchSet, p2p_ops: PatchSet, settings: Settings) -> None:
-    """The comm guard's `first-use` over torch.distributed, and over slime's wrappers where they are in place.
+def install_guard(signatures: PatchSet, p2p_ops: PatchSet, settings: Settings | None) -> None:
+    """The comm guard's `first-use` with `settings` (None: a guard installed before, kept), over slime's wrappers too.
 
-    Undo in reverse: `p2p_ops`, then `comm_guard.uninstall()`, then `signatures`.
+    Undo in reverse: `p2p_ops`, then `comm_guard.uninstall()` (if `settings`), then `signatures`.
     """
     module = sys.modules.get(RPG_MODULE)
     over_slime = module is not None and bool(_slime_wrappers(module))
-    if over_slime:
-        show_torch_signatures(signatures, module)
-    try:
-        install_settings(settings)
-    except BaseException:
-        signatures.undo()  # a refused guard leaves slime's wrappers as they were
-        raise
+    if settings is not None:
+        if over_slime:
+            show_torch_signatures(signatures, module)
+        try:
+            install_settings(settings)
+        except BaseException:
+            signatures.undo()  # a refused guard leaves slime's wrappers as they were
+            raise
     if over_slime:
         hand_torch_own_p2p_ops(p2p_ops)
 

@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass, field
 
 from slime_flashqla import comm_guard
+from slime_flashqla.comm_guard import guard
 from slime_flashqla.comm_guard.policy import FIRST_USE
 from slime_flashqla.comm_guard.settings import DEFAULT_THRESHOLD_GB, Settings
 from slime_flashqla.integrations.slime import comm, gdn
@@ -62,6 +63,8 @@ class Installation:
     signatures: PatchSet = field(default_factory=PatchSet)
     p2p_ops: PatchSet = field(default_factory=PatchSet)
     finder: PatchOnImport | None = None
+    guard: Settings | None = None  # what the integration installed the comm guard with; None: it did not
+    kept_guard: str | None = None  # the policy of a comm guard installed before it, kept as it is
 
     def replaced(self) -> list[str]:
         """Every slime name replaced so far (modules imported later are added as they import)."""
@@ -74,7 +77,10 @@ class Installation:
 
     def describe(self) -> str:
         """One line: what is in force."""
-        where = "the comm guard's wrappers" if self.policy == FIRST_USE else "slime's call sites"
+        if self.kept_guard is not None:
+            where = f"a comm guard installed before the integration (policy {self.kept_guard}), kept as it is"
+        else:
+            where = "the comm guard's wrappers" if self.policy == FIRST_USE else "slime's call sites"
         return (
             f"slime-flashqla slime integration installed in pid {self.pid}: GDN layers and backends from "
             f"slime_flashqla; collective memory check policy {self.policy} (decided by {where}, threshold "
@@ -96,7 +102,8 @@ def install(policy: str | None = None, threshold_gb: float = DEFAULT_THRESHOLD_G
 
     `policy` defaults to $SLIME_FLASHQLA_COMM_CHECK, else first-use; `probe` returns free bytes
     (default: the comm guard's). The arguments are checked as `comm_guard.install` checks them.
-    A second call returns the installation in force unchanged.
+    A second call returns the installation in force unchanged. A comm guard installed before is
+    kept as it is (its policy, threshold and probe) and left installed by uninstall().
     """
     with _LOCK:
         if not enabled():
@@ -109,7 +116,16 @@ def install(policy: str | None = None, threshold_gb: float = DEFAULT_THRESHOLD_G
         found = Installation(settings.policy.name, settings.threshold_gb)
         found.call_sites = comm.CallSiteCheck(settings)
         if settings.policy.first_use:
-            comm.install_guard(found.signatures, found.p2p_ops, settings)
+            if comm_guard.is_installed():
+                found.kept_guard = comm_guard.active_policy()
+                logger.warning(
+                    "slime-flashqla: a comm guard was installed before the integration (policy %s): kept as it is, "
+                    "its settings in force instead of the integration's, and left installed by uninstall()",
+                    found.kept_guard,
+                )
+            else:
+                found.guard = settings
+            comm.install_guard(found.signatures, found.p2p_ops, found.guard)
         found.finder = PatchOnImport(
             {
                 gdn.BACKEND_MODULE: lambda module: gdn.patch_backend_module(found.patches, module),
@@ -125,16 +141,35 @@ def install(policy: str | None = None, threshold_gb: float = DEFAULT_THRESHOLD_G
 
 
 def uninstall() -> None:
-    """Put slime's own names back and remove the comm guard; a no-op when not installed."""
+    """Put slime's own names back and remove the comm guard it installed; a no-op when not installed."""
     with _LOCK:
         current = active()
         if current is None:
             return
-        current.finder.deactivate()
-        current.patches.undo()
-        current.p2p_ops.undo()
-        if current.policy == FIRST_USE:
-            comm_guard.uninstall()
-        current.signatures.undo()
+        _undo(current)
         _ACTIVE.clear()
         logger.info("slime-flashqla slime integration uninstalled in pid %d", current.pid)
+
+
+def _undo(found: Installation, in_forked_child: bool = False) -> None:
+    """Everything `found` changed, back as it was, in reverse."""
+    found.finder.deactivate()
+    found.patches.undo(in_forked_child=in_forked_child)
+    found.p2p_ops.undo(in_forked_child=in_forked_child)
+    if found.guard is not None:
+        if guard.installed_settings() is found.guard:
+            comm_guard.uninstall()
+        elif comm_guard.is_installed():  # someone installed it again over the integration's: theirs now
+            logger.warning("slime-flashqla: the comm guard was re-installed after the integration: left installed")
+    found.signatures.undo(in_forked_child=in_forked_child)
+
+
+def _after_fork_in_child() -> None:
+    """Start a forked child clean, as the comm guard does: slime's own names back, nothing installed."""
+    global _LOCK
+    _LOCK = threading.RLock()  # another thread of the parent may have held it when it forked
+    if _ACTIVE:
+        _undo(_ACTIVE.pop(), in_forked_child=True)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
