@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import threading
@@ -233,3 +235,32 @@ def test_doctor_cli_shows_the_slime_section(slime_source):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["slime"]["source"] == str(slime_source.resolve())
+
+
+def test_an_installation_reads_as_one_line():
+    found = integration.install(policy="off")
+    assert re.fullmatch(
+        r"<slime-flashqla slime integration in pid \d+: policy off, threshold 3 GiB, \d+ slime names replaced>",
+        repr(found),
+    )
+
+
+@pytest.mark.parametrize("on_path", [False, True])
+def test_doctor_says_whether_this_process_imports_slime_which_install_alone_needs(slime_source, on_path):
+    """$SLIME_SOURCE is where the spec functions import slime from; install() patches slime where it is imported."""
+    env = slime_env(slime_source)
+    if not on_path:
+        env["PYTHONPATH"] = env["PYTHONPATH"].replace(f"{slime_source}{os.pathsep}", "")
+    rows_of = "import json; from slime_flashqla.integrations.slime.report import slime_report, slime_rows as r; "
+    rows_of += "print(json.dumps(dict(r(slime_report()))))"
+    done = subprocess.run([sys.executable, "-c", rows_of], env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(done.stdout.splitlines()[-1])
+    assert rows["slime source"] == f"{slime_source.resolve()} (from $SLIME_SOURCE)"
+    if on_path:
+        assert rows["slime importable here"] == f"yes, from {slime_source.resolve()}"
+    else:
+        assert rows["slime importable here"] == (
+            "no: install() alone patches slime where this process imports it from, so put slime on PYTHONPATH "
+            "(the --spec functions import it from $SLIME_SOURCE)"
+        )

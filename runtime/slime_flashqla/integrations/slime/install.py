@@ -51,7 +51,7 @@ def enabled() -> bool:
     raise ValueError(f"${SWITCH_ENV} is {value!r}: set 1 (or leave it unset) to use slime-flashqla in slime, 0 to not")
 
 
-@dataclass
+@dataclass(repr=False)
 class Installation:
     """The integration in force in this process."""
 
@@ -85,6 +85,12 @@ class Installation:
             f"slime-flashqla slime integration installed in pid {self.pid}: GDN layers and backends from "
             f"slime_flashqla; collective memory check policy {self.policy} (decided by {where}, threshold "
             f"{self.threshold_gb:g} GiB); ${SWITCH_ENV}=0 turns it off"
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<slime-flashqla slime integration in pid {self.pid}: policy {self.policy}, threshold "
+            f"{self.threshold_gb:g} GiB, {len(self.replaced())} slime names replaced>"
         )
 
 
