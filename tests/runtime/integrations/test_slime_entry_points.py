@@ -264,3 +264,23 @@ def test_doctor_says_whether_this_process_imports_slime_which_install_alone_need
             "no: install() alone patches slime where this process imports it from, so put slime on PYTHONPATH "
             "(the --spec functions import it from $SLIME_SOURCE)"
         )
+
+
+def test_launcher_runs_a_script_with_the_sys_path_python_gives_it(slime_source, tmp_path):
+    """The script's folder replaces the launcher's sys.path[0] (the working directory), as `python SCRIPT` sets it."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "only_in_the_working_directory.py").write_text("")
+    script = tmp_path / "sub" / "train.py"
+    script.write_text(
+        "import importlib.util, json, sys\n"
+        "print(json.dumps([sys.path, importlib.util.find_spec('only_in_the_working_directory') is not None]))\n"
+    )
+    seen = []
+    for prefix in ([sys.executable], [sys.executable, "-m", "slime_flashqla.integrations.slime"]):
+        done = subprocess.run(
+            [*prefix, "sub/train.py"], cwd=tmp_path, env=slime_env(slime_source), capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen.append(json.loads(done.stdout.splitlines()[-1]))
+    assert seen[1] == seen[0]
+    assert seen[0][0][0] == str(script.parent) and seen[0][1] is False
