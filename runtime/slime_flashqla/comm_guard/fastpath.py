@@ -15,10 +15,12 @@ import inspect
 import keyword
 from collections.abc import Callable
 
+from slime_flashqla.comm_guard.policy import BY_NAME, FIRST_USE
+
 _P = inspect.Parameter
 # Names the generated code uses itself; a parameter with one of them keeps the generic wrapper.
 _RESERVED = {"call", "slow", "seen", "code_cell", "annotate", "op_name", "skipped", "exc", "read", "reset"}
-_FIRST_USE = 3
+_FIRST_USE = BY_NAME[FIRST_USE].code
 
 _TEMPLATE = """
 def factory(call, slow, seen, code_cell, annotate, op_name, {defaults}):

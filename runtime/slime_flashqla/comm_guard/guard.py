@@ -4,32 +4,28 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
-import numbers
 import os
 import sys
 import threading
 import warnings
 from collections.abc import Callable
 
-from slime_flashqla.comm_guard import fastpath, memory, ops
-from slime_flashqla.comm_guard import policy as _policy
+from slime_flashqla.comm_guard import dynamo, fastpath, memory, ops
+from slime_flashqla.comm_guard.policy import BY_CODE, BY_NAME, FIRST_USE, Policy
+from slime_flashqla.comm_guard.settings import DEFAULT_THRESHOLD_GB, Settings
 
-# No GPU holds a pebibyte: a larger threshold is a mistake (and 1e308 GiB overflows int()).
-MAX_THRESHOLD_GB = 2**20
-# Integer policy codes: the per-call comparison is cheaper than comparing strings.
-_CODES = {_policy.OFF: 0, _policy.ALWAYS: 1, _policy.WHITELIST: 2, _policy.FIRST_USE: 3}
+_FIRST_USE_CODE = BY_NAME[FIRST_USE].code
 
 
 class _State:
-    """Process-wide configuration the wrappers read on every call."""
+    """Process-wide configuration: the policy in force and the memory check (install sets its threshold and probe)."""
 
-    __slots__ = ("policy", "probe", "threshold_bytes")
+    __slots__ = ("check", "policy", "settings")
 
     def __init__(self) -> None:
-        self.policy: str | None = None
-        self.probe: Callable[[], int | None] = memory.probe
-        self.threshold_bytes = 0
+        self.policy: Policy | None = None
+        self.check = memory.MemoryCheck()
+        self.settings: Settings | None = None  # what the install in force was given
 
 
 _STATE = _State()
@@ -48,7 +44,6 @@ _SEEN: dict[str, set] = {}
 _PATCHES: list[tuple[object, str, object, object]] = []  # (owner, name, original, wrapper)
 _METHOD_PATCHES: list[tuple[object, str, object, object]] = []  # the same, for ProcessGroup methods
 _WRAPPERS: dict[tuple[int, str], tuple[Callable, Callable]] = {}  # (id(owner), name) -> (original, wrapper)
-_PROBE_FAILED = [False]
 _ORIGINAL_ATTR = "__slime_flashqla_original__"
 _MODULE = "torch.distributed"  # where the module-level wrappers are installed, and found by pickle
 
@@ -58,29 +53,20 @@ def _counts(op_name: str) -> list[int]:
     return _COUNTS.setdefault(op_name, [0, 0])
 
 
-def _check(counts: list[int]) -> None:
-    """Consult the probe and free cached memory below the threshold; never raise."""
-    counts[0] += 1
-    try:
-        free = _STATE.probe()
-        if free is not None and free < _STATE.threshold_bytes:
-            memory.free_cached_memory()
-            counts[1] += 1
-    except Exception as exc:  # the guard is advisory: a failing probe must not break the collective
-        if not _PROBE_FAILED[0]:
-            _PROBE_FAILED[0] = True
-            warnings.warn(
-                f"slime_flashqla.comm_guard: memory probe failed ({type(exc).__name__}: {exc}); "
-                "collectives continue unchecked where it fails",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+def first_time(name: str, key: object) -> bool:
+    """Whether `key` is new under `name` since the last re-arm (and remember it): `first-use` outside the wrappers."""
+    seen = _SEEN.setdefault(name, set())
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
 
 
 def _annotate(exc: BaseException, op_name: str) -> None:
     """Attach the memory-state note to an exception; never raise from here."""
     try:
-        note = memory.memory_note(op_name, _STATE.policy, _STATE.threshold_bytes)
+        policy = _STATE.policy
+        note = memory.memory_note(op_name, policy and policy.name, _STATE.check.threshold_bytes)
     except Exception as err:
         note = f"slime_flashqla.comm_guard: torch.distributed {op_name} raised; memory unknown ({err!r})"
     exc.add_note(note)
@@ -133,8 +119,11 @@ def _method_key(op_name: str) -> tuple[int, str] | Callable[[tuple, dict], objec
 def _guarded(original: Callable, op_name: str, key, call: Callable, is_method: bool) -> Callable:
     """Wrap one torch.distributed callable so each call runs the policy's check first."""
     counts = _counts(op_name)
+    check = _STATE.check
     skippable = op_name in ops.SKIP_OPS
-    code_cell = _CODE
+    # What each policy decides for this op, by code: (on a key's first use, on any other call).
+    decisions = tuple((p.checks(skippable, True), p.checks(skippable, False)) for p in BY_CODE)
+    code_cell, first_use_code = _CODE, _FIRST_USE_CODE
     seen = _SEEN.setdefault(op_name, set())  # keys of this op probed since the last re-arm
     # The steady state of `first-use` with a key that is just the group argument is inlined
     # below with as few bytecodes as possible: around a real collective each one costs tens
@@ -143,23 +132,19 @@ def _guarded(original: Callable, op_name: str, key, call: Callable, is_method: b
     getframe, c10d_globals = sys._getframe, sys.modules["torch.distributed.distributed_c10d"].__dict__
     skipped = 0
 
-    def first_use(args: tuple, kwargs: dict) -> None:
-        nonlocal skipped
-        k = key_fn(args, kwargs) if key_fn is not None else (args[gi] if len(args) > gi else kwargs.get(gname))
-        if k in seen:
-            skipped += 1
-        else:
-            seen.add(k)
-            _check(counts)
-
     def decide(code: int, args: tuple, kwargs: dict) -> None:
         nonlocal skipped
-        if code == 3:
-            first_use(args, kwargs)
-        elif code == 0 or (code == 2 and skippable):
-            skipped += 1
+        probes, later = decisions[code]
+        if probes != later:  # the policy asks whether this call's key is new since the last re-arm
+            k = key_fn(args, kwargs) if key_fn is not None else (args[gi] if len(args) > gi else kwargs.get(gname))
+            if k in seen:
+                probes = later
+            else:
+                seen.add(k)
+        if probes:
+            check.run(counts)
         else:
-            _check(counts)
+            skipped += 1
 
     def annotated(args: tuple, kwargs: dict):
         try:
@@ -185,7 +170,7 @@ def _guarded(original: Callable, op_name: str, key, call: Callable, is_method: b
         @functools.wraps(original)
         def wrapper(*args, **kwargs):
             nonlocal skipped
-            if code_cell[0] == 3 and (args[gi] if len(args) > gi else kwargs.get(gname)) in seen:
+            if code_cell[0] == first_use_code and (args[gi] if len(args) > gi else kwargs.get(gname)) in seen:
                 skipped += 1  # first-use, steady state: the default policy's common case
             elif code_cell[0] is None:
                 return call(*args, **kwargs)
@@ -240,11 +225,9 @@ def _guarded(original: Callable, op_name: str, key, call: Callable, is_method: b
 def _stands_for(wrapper: Callable, original: Callable, module: str | None) -> None:
     """Mark `wrapper` as standing in for `original`: for uninstall, for TorchDynamo and for pickle."""
     setattr(wrapper, _ORIGINAL_ATTR, original)
-    # TorchDynamo traces what this names instead of the wrapper (inspect.getattr_static, only while
-    # it traces): a compiled graph holds torch's own call, which Dynamo maps to a functional
-    # collective where it can, so `fullgraph=True` compiles as it does unguarded; no guard code is
-    # traced or run inside a compiled region, and eager calls keep the guard.
-    wrapper._torchdynamo_inline = original
+    # TorchDynamo sees torch's own function, never the guard's code (comm_guard/dynamo.py): a compiled
+    # graph holds what it holds unguarded, and eager calls keep the guard.
+    dynamo.stand_in(wrapper, original)
     if module is not None:
         # pickle saves a function as module + name and checks that the name leads back to it:
         # torch.distributed.<name> is this wrapper while installed (the original's module holds the original).
@@ -279,6 +262,7 @@ def _p2pop_unwrapping(original: Callable) -> Callable:
         return original(*args, **kwargs)
 
     setattr(wrapper, _ORIGINAL_ATTR, original)
+    dynamo.stand_in(wrapper, original)  # Dynamo builds a P2POp with torch's own __init__, as unguarded
     return wrapper
 
 
@@ -358,27 +342,24 @@ def _unpatch(patches: list) -> list[str]:
 
 def _unpatch_all() -> list[str]:
     """Restore every original object; return names someone else had re-patched meanwhile."""
+    dynamo.hide()
     return _unpatch(_METHOD_PATCHES) + _unpatch(_PATCHES)
 
 
 def install(
-    policy: str | None = None, threshold_gb: float = 3.0, probe: Callable | None = None, *, methods: bool = False
+    policy: str | None = None,
+    threshold_gb: float = DEFAULT_THRESHOLD_GB,
+    probe: Callable | None = None,
+    *,
+    methods: bool = False,
 ) -> str:
     """Wrap torch.distributed's collectives with the memory guard and return the active policy."""
-    resolved = _policy.resolve_policy(policy)
-    if (
-        isinstance(threshold_gb, bool)
-        or not isinstance(threshold_gb, numbers.Real)
-        or not math.isfinite(threshold_gb)
-        or not 0 <= threshold_gb <= MAX_THRESHOLD_GB
-    ):
-        raise ValueError(
-            f"comm guard: threshold_gb must be a number from 0 to {MAX_THRESHOLD_GB} (GiB), got {threshold_gb!r}"
-        )
-    threshold_bytes = int(threshold_gb * memory.GIB)  # before anything is patched: nothing below may fail
-    if probe is not None and not callable(probe):
-        raise TypeError(f"comm guard: probe must be a callable returning free bytes or None, got {probe!r}")
-    if not isinstance(methods, bool):
+    return install_settings(Settings.checked(policy, threshold_gb, probe), methods=methods)
+
+
+def install_settings(settings: Settings, *, methods: bool = False) -> str:
+    """`install()` with arguments already checked by `Settings.checked` (the slime integration's path)."""
+    if not isinstance(methods, bool):  # before anything is patched: nothing below may fail
         raise TypeError(f"comm guard: methods must be True or False, got {methods!r}")
     import torch.distributed
 
@@ -387,23 +368,24 @@ def install(
     with _LOCK:
         if not _PATCHES:
             _patch_all()
+            dynamo.show([(wrapper, original) for _, _, original, wrapper in _PATCHES])
         if methods and not _METHOD_PATCHES:
             _patch_methods()
         elif not methods and _METHOD_PATCHES:
             _warn_foreign(_unpatch(_METHOD_PATCHES))
-        _STATE.policy = resolved
-        _STATE.probe = probe if probe is not None else memory.probe
-        _STATE.threshold_bytes = threshold_bytes
+        _STATE.policy, _STATE.settings = settings.policy, settings
+        _STATE.check.probe = settings.probe
+        _STATE.check.threshold_bytes = settings.threshold_bytes
         _rearm()
-        _CODE[0] = _CODES[resolved]
-    return resolved
+        _CODE[0] = settings.policy.code
+    return settings.policy.name
 
 
 def uninstall() -> None:
     """Put torch.distributed's original functions back; a no-op when not installed."""
     with _LOCK:
         _CODE[0] = None  # wrappers someone still holds now pass straight through
-        _STATE.policy = None
+        _STATE.policy = _STATE.settings = None
         foreign = _unpatch_all()
         _rearm()
     _warn_foreign(foreign)
@@ -431,7 +413,13 @@ def methods_guarded() -> bool:
 
 def active_policy() -> str | None:
     """The policy in force, or None when not installed."""
-    return _STATE.policy
+    policy = _STATE.policy
+    return policy and policy.name
+
+
+def installed_settings() -> Settings | None:
+    """The settings the install in force was given (the very object), or None when not installed."""
+    return _STATE.settings
 
 
 def rearm() -> None:
@@ -469,11 +457,11 @@ def reset_stats() -> None:
 def _after_fork_in_child() -> None:
     """Start a forked child clean: originals back, counters at zero."""
     _CODE[0] = None
-    _STATE.policy = None
+    _STATE.policy = _STATE.settings = None
     _unpatch_all()
     _rearm()
     reset_stats()
-    _PROBE_FAILED[0] = False
+    _STATE.check.warned = False
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

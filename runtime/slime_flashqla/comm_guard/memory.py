@@ -1,8 +1,10 @@
-"""Reading free memory, freeing cached memory, and describing memory in error notes."""
+"""Reading free memory, freeing it below a threshold (the check every policy runs), and describing it in error notes."""
 
 from __future__ import annotations
 
 import gc
+import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -28,6 +30,40 @@ def free_cached_memory() -> None:
         # NCCL allocates its buffers with cudaMalloc, outside PyTorch's cache:
         # blocks the cache holds but does not use are invisible to it.
         torch.cuda.empty_cache()
+
+
+class MemoryCheck:
+    """Probe free memory and, below the threshold, free memory with `on_low`; a failing probe warns once."""
+
+    __slots__ = ("on_low", "probe", "threshold_bytes", "warned", "who")
+
+    def __init__(
+        self,
+        threshold_bytes: int = 0,
+        probe: Callable[[], int | None] = probe,
+        on_low: Callable[[], None] = free_cached_memory,
+        who: str = "slime_flashqla.comm_guard",
+    ) -> None:
+        self.threshold_bytes, self.probe, self.on_low, self.who = threshold_bytes, probe, on_low, who
+        self.warned = False
+
+    def run(self, counts: list[int]) -> None:
+        """Count a check in counts[0] and a clearing in counts[1]; never raise (the check is advisory)."""
+        counts[0] += 1
+        try:
+            free = self.probe()
+            if free is not None and free < self.threshold_bytes:
+                self.on_low()
+                counts[1] += 1
+        except Exception as exc:  # a failing probe must not break the collective
+            if not self.warned:
+                self.warned = True
+                warnings.warn(
+                    f"{self.who}: memory probe failed ({type(exc).__name__}: {exc}); "
+                    "collectives continue unchecked where it fails",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
 
 
 def _host_memory() -> str:

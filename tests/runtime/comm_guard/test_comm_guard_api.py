@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import pickle
 import subprocess
 import sys
@@ -198,3 +199,34 @@ def test_uninstall_leaves_a_later_patch_in_place_and_deactivates_the_guard():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         comm_guard.uninstall()
+
+
+def _dynamo_view() -> dict:
+    """What TorchDynamo reads of the guard: torch's rewrite table and `_torchdynamo_inline` on torch's functions."""
+    from torch.distributed._functional_collectives import traceable_collective_remaps
+
+    c10d = dist.distributed_c10d
+    return {
+        "table": dict(traceable_collective_remaps),
+        "inline": {name: vars(getattr(c10d, name)).get("_torchdynamo_inline") for name in ops.MODULE_OPS},
+    }
+
+
+def test_what_dynamo_reads_is_torch_s_own_again_after_uninstall_and_in_a_forked_child():
+    """Installed, Dynamo rewrites a wrapper as it rewrites the original; afterwards nothing is left (issue 34 ND1)."""
+    before = _dynamo_view()
+    comm_guard.install()
+    installed = _dynamo_view()
+    assert installed["table"][dist.all_reduce] is before["table"][dist.distributed_c10d.all_reduce]
+    assert installed["inline"]["all_reduce"] is dist.all_reduce  # torch's own code reaches the original
+    assert "_torchdynamo_inline" not in vars(dist.all_reduce)
+    assert dist.broadcast._torchdynamo_inline is dist.distributed_c10d.broadcast  # not rewritten: traced as torch's
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, b"1" if _dynamo_view() == before else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    comm_guard.uninstall()
+    assert _dynamo_view() == before

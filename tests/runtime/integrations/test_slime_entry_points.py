@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import threading
@@ -94,7 +96,7 @@ def test_bad_settings_are_refused_before_anything_is_patched(monkeypatch):
     monkeypatch.setenv("SLIME_FLASHQLA_COMM_CHECK", "never")
     with pytest.raises(ValueError, match=r"\$SLIME_FLASHQLA_COMM_CHECK is 'never'"):
         integration.install()
-    with pytest.raises(ValueError, match="threshold_gb must be a finite number >= 0"):
+    with pytest.raises(ValueError, match=r"threshold_gb must be a number from 0 to 1048576 \(GiB\), got nan"):
         integration.install(policy="off", threshold_gb=float("nan"))
     assert integration.active() is None
 
@@ -233,3 +235,52 @@ def test_doctor_cli_shows_the_slime_section(slime_source):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["slime"]["source"] == str(slime_source.resolve())
+
+
+def test_an_installation_reads_as_one_line():
+    found = integration.install(policy="off")
+    assert re.fullmatch(
+        r"<slime-flashqla slime integration in pid \d+: policy off, threshold 3 GiB, \d+ slime names replaced>",
+        repr(found),
+    )
+
+
+@pytest.mark.parametrize("on_path", [False, True])
+def test_doctor_says_whether_this_process_imports_slime_which_install_alone_needs(slime_source, on_path):
+    """$SLIME_SOURCE is where the spec functions import slime from; install() patches slime where it is imported."""
+    env = slime_env(slime_source)
+    if not on_path:
+        env["PYTHONPATH"] = env["PYTHONPATH"].replace(f"{slime_source}{os.pathsep}", "")
+    rows_of = "import json; from slime_flashqla.integrations.slime.report import slime_report, slime_rows as r; "
+    rows_of += "print(json.dumps(dict(r(slime_report()))))"
+    done = subprocess.run([sys.executable, "-c", rows_of], env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(done.stdout.splitlines()[-1])
+    assert rows["slime source"] == f"{slime_source.resolve()} (from $SLIME_SOURCE)"
+    if on_path:
+        assert rows["slime importable here"] == f"yes, from {slime_source.resolve()}"
+    else:
+        assert rows["slime importable here"] == (
+            "no: install() alone patches slime where this process imports it from, so put slime on PYTHONPATH "
+            "(the --spec functions import it from $SLIME_SOURCE)"
+        )
+
+
+def test_launcher_runs_a_script_with_the_sys_path_python_gives_it(slime_source, tmp_path):
+    """The script's folder replaces the launcher's sys.path[0] (the working directory), as `python SCRIPT` sets it."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "only_in_the_working_directory.py").write_text("")
+    script = tmp_path / "sub" / "train.py"
+    script.write_text(
+        "import importlib.util, json, sys\n"
+        "print(json.dumps([sys.path, importlib.util.find_spec('only_in_the_working_directory') is not None]))\n"
+    )
+    seen = []
+    for prefix in ([sys.executable], [sys.executable, "-m", "slime_flashqla.integrations.slime"]):
+        done = subprocess.run(
+            [*prefix, "sub/train.py"], cwd=tmp_path, env=slime_env(slime_source), capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen.append(json.loads(done.stdout.splitlines()[-1]))
+    assert seen[1] == seen[0]
+    assert seen[0][0][0] == str(script.parent) and seen[0][1] is False

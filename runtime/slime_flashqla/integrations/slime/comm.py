@@ -16,6 +16,9 @@ check taken out of it, and the policy decides:
 - `always`: slime's call sites probe on every call, skip list or not.
 - `off`: nothing is probed.
 
+The policy's decision, the first-use keys and the memory check (probe, counters, one warning if
+the probe fails) are the comm guard's (`comm_guard.policy`, `comm_guard.guard.first_time`,
+`comm_guard.memory.MemoryCheck`); what is slime's here is where they run, and `clear_memory()`.
 A probe reads free bytes only (the comm guard's probe: `torch.cuda.mem_get_info`), never
 memory_stats()/memory_reserved(); below the threshold slime's own `clear_memory()` runs.
 """
@@ -24,101 +27,104 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
+import sys
 import types
-import warnings
 from collections.abc import Callable
 
 from slime_flashqla import comm_guard
-from slime_flashqla.comm_guard.policy import ALWAYS, FIRST_USE, WHITELIST
+from slime_flashqla.comm_guard.guard import first_time, install_settings
+from slime_flashqla.comm_guard.memory import MemoryCheck
+from slime_flashqla.comm_guard.settings import Settings
 from slime_flashqla.integrations.slime.patches import PatchSet
+from slime_flashqla.integrations.slime.source import TESTED_SLIME
 
 RPG_MODULE = "slime.utils.reloadable_process_group"
-# On the patched `_wrap_low_level_call`: a one-item list, the check every patched call site runs.
-CURRENT_CHECK_ATTR = "__slime_flashqla_check__"
+logger = logging.getLogger("slime_flashqla.integrations.slime")
 # slime's own name for the check's probe; wrappers of its module-level collectives carry it.
 _SLIME_COMM_WRAPPER = "get_new_comm_function.<locals>.new_function"
+# The first-use keys of direct ReloadableProcessGroup calls: (method, inner group), re-armed with the guard's.
+GROUP_METHOD_KEYS = "ReloadableProcessGroup method"
+
+
+def _slime_clear_memory() -> None:
+    """slime's own clear_memory(), as its module holds it now."""
+    sys.modules[RPG_MODULE].clear_memory()
 
 
 class CallSiteCheck:
-    """The probe slime's call sites run under `always` / `whitelist`, with its counters."""
+    """What slime's call sites run: the comm guard's policy and memory check, clearing with slime's clear_memory()."""
 
-    def __init__(self, policy: str, threshold_gb: float, probe: Callable[[], int | None]) -> None:
-        self.policy, self.probe = policy, probe
-        self.threshold_bytes = int(threshold_gb * comm_guard.GIB)
-        self.checked = self.cleared = 0
-        self._warned = False
-        self._seen: set = set()  # (method, inner group) of ReloadableProcessGroup calls probed under first-use
-
-    def first_call(self, method: str, inner) -> bool:
-        """Whether this ReloadableProcessGroup method is called on this inner group for the first time."""
-        key = (method, inner)
-        if key in self._seen:
-            return False
-        self._seen.add(key)
-        return True
-
-    def rearm(self) -> None:
-        """Probe every ReloadableProcessGroup method's first call again (slime rebuilt its groups)."""
-        self._seen.clear()
-
-    def wanted(self, check_memory: bool) -> bool:
-        """Whether this call site probes, given slime's own decision for it."""
-        return self.policy == ALWAYS or (self.policy == WHITELIST and check_memory)
-
-    def run(self, module) -> None:
-        """Probe, and clear with slime's clear_memory() below the threshold; never raise (the check is advisory)."""
-        self.checked += 1
-        try:
-            free = self.probe()
-            if free is not None and free < self.threshold_bytes:
-                module.clear_memory()
-                self.cleared += 1
-        except Exception as exc:
-            if not self._warned:
-                self._warned = True
-                warnings.warn(
-                    f"slime_flashqla slime integration: memory probe failed ({type(exc).__name__}: {exc}); "
-                    "collectives continue unchecked where it fails",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
+    def __init__(self, settings: Settings) -> None:
+        self.policy = settings.policy
+        self.memory = MemoryCheck(
+            settings.threshold_bytes, settings.probe, _slime_clear_memory, "slime_flashqla slime integration"
+        )
+        self.counts = [0, 0]  # checked, cleared
 
 
 def patch_call_sites(patches: PatchSet, module, check: CallSiteCheck) -> None:
-    """Replace slime's `_wrap_low_level_call` by its own context manager, the check decided by the policy."""
-    if "_wrap_low_level_call" in vars(module).get("__slime_flashqla_replaced__", {}):
-        # Patched already, by an install this process inherited (a forked child's): the new check goes in.
-        getattr(module._wrap_low_level_call, CURRENT_CHECK_ATTR)[0] = check
-        return
-    current = [check]  # every call site below reads the check from here, so a reinstall reaches them
+    """Replace slime's `_wrap_low_level_call` by its own context manager, the check decided by the policy.
+
+    What this slime lacks stays as slime has it, named in one warning (slime's own memory check runs there).
+    """
+    missing = []
+    if callable(getattr(module, "_wrap_low_level_call", None)):
+        _patch_context_manager(patches, module, check)
+    else:
+        missing.append("_wrap_low_level_call")
+    group_class = getattr(module, "ReloadableProcessGroup", None)
+    if not isinstance(group_class, type):
+        missing.append("ReloadableProcessGroup")
+    else:
+        for name, patch in (("reload_process_groups", _patch_reload), ("_fwd", _patch_forward)):
+            if callable(getattr(group_class, name, None)):
+                patch(patches, group_class, check)
+            else:
+                missing.append(f"ReloadableProcessGroup.{name}")
+    if missing:
+        logger.warning(
+            "slime-flashqla: this slime's %s has no %s: left as slime has them (no memory check by the integration "
+            "there); the integration was tested with slime %s",
+            module.__name__,
+            ", ".join(missing),
+            TESTED_SLIME,
+        )
+
+
+def _patch_context_manager(patches: PatchSet, module, site: CallSiteCheck) -> None:
     original = module._wrap_low_level_call
 
     @functools.wraps(original)
     def _wrap_low_level_call(check_memory=True):
-        if current[0].wanted(check_memory):
-            current[0].run(module)
+        # slime's check_memory=False is its skip list; a first use is for the guard's wrappers to see, not this site.
+        if site.policy.checks(skippable=not check_memory, first_time=False):
+            site.memory.run(site.counts)
         return original(check_memory=False)  # slime's own, for its note on a failing collective
 
-    setattr(_wrap_low_level_call, CURRENT_CHECK_ATTR, current)
     patches.set(module, "_wrap_low_level_call", _wrap_low_level_call)
-    group_class = module.ReloadableProcessGroup
+
+
+def _patch_reload(patches: PatchSet, group_class: type, site: CallSiteCheck) -> None:
     reload_groups = group_class.reload_process_groups
 
     def reload_process_groups():
         reload_groups()
         # slime rebuilds its groups with the new_group it saved before any guard: probe their first use again
         comm_guard.rearm()
-        current[0].rearm()
 
     reload_process_groups = functools.wraps(reload_groups)(reload_process_groups)
     patches.set(group_class, "reload_process_groups", staticmethod(reload_process_groups))
+
+
+def _patch_forward(patches: PatchSet, group_class: type, site: CallSiteCheck) -> None:
     forward = group_class._fwd
 
     @functools.wraps(forward)
     def _fwd(self, method, *args, **kwargs):
         # A direct call of a group method: no torch.distributed function, so no guard wrapper, saw it.
-        if current[0].policy == FIRST_USE and current[0].first_call(method, self.group):
-            current[0].run(module)
+        if site.policy.first_use and first_time(GROUP_METHOD_KEYS, (method, self.group)):
+            site.memory.run(site.counts)
         return forward(self, method, *args, **kwargs)
 
     patches.set(group_class, "_fwd", _fwd)
@@ -186,18 +192,21 @@ def hand_torch_own_p2p_ops(patches: PatchSet) -> None:
         patches.set(dist.P2POp, name, staticmethod(wrapped) if name == "__new__" else wrapped)
 
 
-def install_guard(signatures: PatchSet, p2p_ops: PatchSet, threshold_gb: float, probe) -> None:
-    """The comm guard's `first-use` over torch.distributed, and over slime's wrappers where they are in place.
+def install_guard(signatures: PatchSet, p2p_ops: PatchSet, settings: Settings | None) -> None:
+    """The comm guard's `first-use` with `settings` (None: a guard installed before, kept), over slime's wrappers too.
 
-    Undo in reverse: `p2p_ops`, then `comm_guard.uninstall()`, then `signatures`.
+    Undo in reverse: `p2p_ops`, then `comm_guard.uninstall()` (if `settings`), then `signatures`.
     """
-    import sys
-
     module = sys.modules.get(RPG_MODULE)
     over_slime = module is not None and bool(_slime_wrappers(module))
-    if over_slime:
-        show_torch_signatures(signatures, module)
-    comm_guard.install(FIRST_USE, threshold_gb=threshold_gb, probe=probe)
+    if settings is not None:
+        if over_slime:
+            show_torch_signatures(signatures, module)
+        try:
+            install_settings(settings)
+        except BaseException:
+            signatures.undo()  # a refused guard leaves slime's wrappers as they were
+            raise
     if over_slime:
         hand_torch_own_p2p_ops(p2p_ops)
 

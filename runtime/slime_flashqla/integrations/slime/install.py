@@ -9,18 +9,18 @@ module it patched.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 from dataclasses import dataclass, field
 
 from slime_flashqla import comm_guard
-from slime_flashqla.comm_guard.policy import FIRST_USE, resolve_policy
+from slime_flashqla.comm_guard import guard
+from slime_flashqla.comm_guard.policy import FIRST_USE
+from slime_flashqla.comm_guard.settings import DEFAULT_THRESHOLD_GB, Settings
 from slime_flashqla.integrations.slime import comm, gdn
 from slime_flashqla.integrations.slime.patches import PatchOnImport, PatchSet
 
 SWITCH_ENV = "SLIME_FLASHQLA_SLIME"
-DEFAULT_THRESHOLD_GB = 3.0  # slime's `free_GB < 3`
 logger = logging.getLogger("slime_flashqla.integrations.slime")
 
 # slime module -> what the integration changes in it, in words (the doctor shows this before install).
@@ -51,7 +51,7 @@ def enabled() -> bool:
     raise ValueError(f"${SWITCH_ENV} is {value!r}: set 1 (or leave it unset) to use slime-flashqla in slime, 0 to not")
 
 
-@dataclass
+@dataclass(repr=False)
 class Installation:
     """The integration in force in this process."""
 
@@ -63,6 +63,8 @@ class Installation:
     signatures: PatchSet = field(default_factory=PatchSet)
     p2p_ops: PatchSet = field(default_factory=PatchSet)
     finder: PatchOnImport | None = None
+    guard: Settings | None = None  # what the integration installed the comm guard with; None: it did not
+    kept_guard: str | None = None  # the policy of a comm guard installed before it, kept as it is
 
     def replaced(self) -> list[str]:
         """Every slime name replaced so far (modules imported later are added as they import)."""
@@ -70,16 +72,25 @@ class Installation:
 
     def comm_checks(self) -> dict[str, int]:
         """Probes run by slime's call sites (always / whitelist); the guard's are in comm_guard.stats()."""
-        site = self.call_sites
-        return {"checked": site.checked, "cleared": site.cleared} if site else {"checked": 0, "cleared": 0}
+        checked, cleared = self.call_sites.counts if self.call_sites else (0, 0)
+        return {"checked": checked, "cleared": cleared}
 
     def describe(self) -> str:
         """One line: what is in force."""
-        where = "the comm guard's wrappers" if self.policy == FIRST_USE else "slime's call sites"
+        if self.kept_guard is not None:
+            where = f"a comm guard installed before the integration (policy {self.kept_guard}), kept as it is"
+        else:
+            where = "the comm guard's wrappers" if self.policy == FIRST_USE else "slime's call sites"
         return (
             f"slime-flashqla slime integration installed in pid {self.pid}: GDN layers and backends from "
             f"slime_flashqla; collective memory check policy {self.policy} (decided by {where}, threshold "
             f"{self.threshold_gb:g} GiB); ${SWITCH_ENV}=0 turns it off"
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<slime-flashqla slime integration in pid {self.pid}: policy {self.policy}, threshold "
+            f"{self.threshold_gb:g} GiB, {len(self.replaced())} slime names replaced>"
         )
 
 
@@ -96,25 +107,31 @@ def install(policy: str | None = None, threshold_gb: float = DEFAULT_THRESHOLD_G
     """Put slime_flashqla's backends, layers and comm guard policy under slime in this process (once); None when off.
 
     `policy` defaults to $SLIME_FLASHQLA_COMM_CHECK, else first-use; `probe` returns free bytes
-    (default: the comm guard's). A second call returns the installation in force unchanged.
+    (default: the comm guard's). The arguments are checked as `comm_guard.install` checks them.
+    A second call returns the installation in force unchanged. A comm guard installed before is
+    kept as it is (its policy, threshold and probe) and left installed by uninstall().
     """
     with _LOCK:
-        current = active()
-        if current is not None:
-            return current
         if not enabled():
             logger.info("slime-flashqla slime integration not installed: $%s=0", SWITCH_ENV)
             return None
-        resolved = resolve_policy(policy)
-        number = isinstance(threshold_gb, int | float) and not isinstance(threshold_gb, bool)
-        if not number or not math.isfinite(threshold_gb) or threshold_gb < 0:
-            raise ValueError(f"slime integration: threshold_gb must be a finite number >= 0 GiB, got {threshold_gb!r}")
-        if probe is not None and not callable(probe):
-            raise TypeError(f"slime integration: probe must be a callable returning free bytes or None, got {probe!r}")
-        found = Installation(resolved, float(threshold_gb))
-        found.call_sites = comm.CallSiteCheck(resolved, threshold_gb, probe or comm_guard.probe)
-        if resolved == FIRST_USE:
-            comm.install_guard(found.signatures, found.p2p_ops, threshold_gb, probe)
+        settings = Settings.checked(policy, threshold_gb, probe)  # before anything is touched
+        current = active()
+        if current is not None:
+            return current
+        found = Installation(settings.policy.name, settings.threshold_gb)
+        found.call_sites = comm.CallSiteCheck(settings)
+        if settings.policy.first_use:
+            if comm_guard.is_installed():
+                found.kept_guard = comm_guard.active_policy()
+                logger.warning(
+                    "slime-flashqla: a comm guard was installed before the integration (policy %s): kept as it is, "
+                    "its settings in force instead of the integration's, and left installed by uninstall()",
+                    found.kept_guard,
+                )
+            else:
+                found.guard = settings
+            comm.install_guard(found.signatures, found.p2p_ops, found.guard)
         found.finder = PatchOnImport(
             {
                 gdn.BACKEND_MODULE: lambda module: gdn.patch_backend_module(found.patches, module),
@@ -130,16 +147,35 @@ def install(policy: str | None = None, threshold_gb: float = DEFAULT_THRESHOLD_G
 
 
 def uninstall() -> None:
-    """Put slime's own names back and remove the comm guard; a no-op when not installed."""
+    """Put slime's own names back and remove the comm guard it installed; a no-op when not installed."""
     with _LOCK:
         current = active()
         if current is None:
             return
-        current.finder.deactivate()
-        current.patches.undo()
-        current.p2p_ops.undo()
-        if current.policy == FIRST_USE:
-            comm_guard.uninstall()
-        current.signatures.undo()
+        _undo(current)
         _ACTIVE.clear()
         logger.info("slime-flashqla slime integration uninstalled in pid %d", current.pid)
+
+
+def _undo(found: Installation, in_forked_child: bool = False) -> None:
+    """Everything `found` changed, back as it was, in reverse."""
+    found.finder.deactivate()
+    found.patches.undo(in_forked_child=in_forked_child)
+    found.p2p_ops.undo(in_forked_child=in_forked_child)
+    if found.guard is not None:
+        if guard.installed_settings() is found.guard:
+            comm_guard.uninstall()
+        elif comm_guard.is_installed():  # someone installed it again over the integration's: theirs now
+            logger.warning("slime-flashqla: the comm guard was re-installed after the integration: left installed")
+    found.signatures.undo(in_forked_child=in_forked_child)
+
+
+def _after_fork_in_child() -> None:
+    """Start a forked child clean, as the comm guard does: slime's own names back, nothing installed."""
+    global _LOCK
+    _LOCK = threading.RLock()  # another thread of the parent may have held it when it forked
+    if _ACTIVE:
+        _undo(_ACTIVE.pop(), in_forked_child=True)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -3,8 +3,9 @@
 slime parses its arguments in the driver process, where `--qwen-gdn-backend` offers fla and
 flashqla only. The launcher widens that one argument's choices to this package's backends
 (`slime.utils.arguments` is patched as it imports) and then runs the script with runpy, with
-sys.argv and sys.path[0] as `python SCRIPT ARGS...` sets them. Models are built in slime's
-Ray actors, where `--spec slime_flashqla.integrations.slime ...` installs the integration.
+sys.argv and sys.path as `python SCRIPT ARGS...` sets them (the script's folder in place of the
+working directory). Models are built in slime's Ray actors, where
+`--spec slime_flashqla.integrations.slime ...` installs the integration.
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         logger.info("slime-flashqla: $%s=0, so %s runs with slime's own arguments", SWITCH_ENV, script)
     sys.argv = [script, *argv[1:]]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    # `python SCRIPT` puts the script's folder (symbolic links resolved) first on sys.path, in place of
+    # the working directory that `python -m` put there: a stray module in the job's directory must not shadow.
+    folder = os.path.dirname(os.path.realpath(script))
+    if sys.path:
+        sys.path[0] = folder
+    else:
+        sys.path.insert(0, folder)
     runpy.run_path(script, run_name="__main__")
     return 0

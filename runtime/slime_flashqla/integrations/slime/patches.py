@@ -3,8 +3,8 @@
 Every replaced name is listed on the module that held it, in `__slime_flashqla_replaced__`
 (name -> slime's original object), so a live process shows what the integration changed:
 `slime_plugins.models.qwen3_next.__slime_flashqla_replaced__`. A module imported (or
-re-imported) after `install()` is patched as its import finishes, by a finder placed first
-on `sys.meta_path` that wraps the real loader.
+re-imported, `importlib.reload` included) after `install()` is patched as its import finishes, by
+a finder placed first on `sys.meta_path` that wraps the real loader.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ class PatchSet:
     def set(self, owner: object, name: str, value: object) -> None:
         """Replace `owner.name` by `value`, remembering the original (also on a module, in REPLACED_ATTR)."""
         with self._lock:
+            if isinstance(owner, types.ModuleType) and REPLACED_ATTR not in owner.__dict__:
+                # The module's code ran again (a reload) since it was patched: its names are slime's anew.
+                self._done = [done for done in self._done if done[0] is not owner]
             original = owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name, _MISSING)
             setattr(owner, name, value)
             self._done.append((owner, name, original))
@@ -36,8 +39,10 @@ class PatchSet:
                 record = owner.__dict__.setdefault(REPLACED_ATTR, {})
                 record.setdefault(name, None if original is _MISSING else original)
 
-    def undo(self) -> None:
+    def undo(self, *, in_forked_child: bool = False) -> None:
         """Put every original back (a name that was missing is removed again)."""
+        if in_forked_child:  # another thread of the parent may have held the lock when it forked
+            self._lock = threading.Lock()
         with self._lock:
             while self._done:
                 owner, name, original = self._done.pop()
@@ -73,6 +78,8 @@ class _PatchingLoader(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module) -> None:
+        # A reload runs slime's code again in the same module: what it defines is slime's, to patch again.
+        vars(module).pop(REPLACED_ATTR, None)
         self._loader.exec_module(module)
         self._patch(module)
 

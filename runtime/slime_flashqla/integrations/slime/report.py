@@ -2,11 +2,15 @@
 
 `slime-flashqla doctor` runs in its own process, where nothing of slime is running: it reports what
 `install()` would do, and how to see what a live slime process did. It imports nothing of slime.
+Two places are told apart: $SLIME_SOURCE, where the `--spec` functions import slime from, and the
+slime this process would import by itself, the one `install()` alone patches.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
 
 LIVE_CHECK = (
     "in a slime actor: the log line 'slime-flashqla slime integration installed in pid N', "
@@ -18,6 +22,14 @@ LIVE_CHECK = (
 def _module_file(root, module: str):
     path = root.joinpath(*module.split("."))
     return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
+
+
+def _importable_slime() -> str | None:
+    """The checkout `import slime_plugins` would load in this process, or None."""
+    spec = importlib.util.find_spec("slime_plugins")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return str(Path(next(iter(spec.submodule_search_locations))).resolve().parent)
 
 
 def slime_report() -> dict:
@@ -36,6 +48,7 @@ def slime_report() -> dict:
         report["source_from"] = f"${SOURCE_ENV}" if os.environ.get(SOURCE_ENV) else "importable slime_plugins"
     elif report["source_problem"] is None:
         report["source_problem"] = f"not found: set ${SOURCE_ENV} to a slime checkout, or put slime on PYTHONPATH"
+    report["importable_from"] = _importable_slime()
     try:
         report["switch"] = f"on (${SWITCH_ENV} unset or 1)" if enabled() else f"off (${SWITCH_ENV}=0)"
     except ValueError as error:
@@ -56,8 +69,16 @@ def slime_report() -> dict:
 def slime_rows(section: dict) -> list[tuple[str, str]]:
     """The slime section as the doctor table's (item, value) rows."""
     source = f"{section['source']} (from {section['source_from']})" if section["source"] else section["source_problem"]
+    importable = section["importable_from"]
     rows = [
         ("slime source", source),
+        (
+            "slime importable here",
+            f"yes, from {importable}"
+            if importable
+            else "no: install() alone patches slime where this process imports it from, so put slime on "
+            "PYTHONPATH (the --spec functions import it from $SLIME_SOURCE)",
+        ),
         ("slime integration", section["switch"]),
         ("slime comm check policy", f"{section['policy']} ({section['policy_from']})"),
     ]

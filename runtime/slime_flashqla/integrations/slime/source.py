@@ -16,6 +16,7 @@ import types
 from pathlib import Path
 
 SOURCE_ENV = "SLIME_SOURCE"
+TESTED_SLIME = "624b824"  # the slime revision the integration's tests run against (docs/en/slime.md)
 GDN_MODULES = {"qwen3-next": "slime_plugins.models.qwen3_next", "qwen3.5": "slime_plugins.models.qwen3_5"}
 GDN_CLASSES = {"qwen3-next": "Qwen3NextGatedDeltaNet", "qwen3.5": "Qwen3_5GatedDeltaNet"}
 
