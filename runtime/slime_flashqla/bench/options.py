@@ -60,6 +60,18 @@ def check_bounds(error: type[Exception], *bounds: tuple[str, float, float, float
             raise error(f"{name} must be <= {high}, got {value}")
 
 
+def available_memory() -> int | None:
+    """Bytes of host memory available to new work (/proc/meminfo's MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def check_seed(error: type[Exception], seed: int) -> None:
     """Raise `error` unless `seed` fits torch's generator (0 to 2**64-1)."""
     check_bounds(error, ("--seed", seed, 0, MAX_SEED))
