@@ -20,7 +20,7 @@ BENCHMARKS = {
 def register(subparsers) -> None:
     """Add `bench` and one sub-subcommand per entry of BENCHMARKS."""
     parser = subparsers.add_parser("bench", help="run a benchmark (" + ", ".join(BENCHMARKS) + ")")
-    benchmarks = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK")
+    benchmarks = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
     for name, (module_name, help_text) in BENCHMARKS.items():
         sub = benchmarks.add_parser(name, help=help_text, description=help_text)
         module = importlib.import_module(module_name)
