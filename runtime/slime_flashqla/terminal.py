@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 
 def table_console(plain: bool = False):
-    """A rich console sized for logs, or None for plain text (asked for, or rich missing)."""
+    """A rich console as wide as where the output is read, or None for plain rows (asked for, no width, no rich)."""
     if plain:
         return None
     try:
@@ -12,8 +15,26 @@ def table_console(plain: bool = False):
     except ImportError:
         return None
     console = Console()
-    # Piped into a log (tee, nohup), rich assumes 80 columns and folds every cell: give the table room.
-    return console if console.is_terminal else Console(width=200)
+    if console.is_terminal:
+        return console
+    # Piped: `| head` in a terminal is read at that terminal's width; a log file or CI job has no
+    # width at all, and plain rows there stay whole (a rich table would fold every cell).
+    width = _width_without_a_terminal()
+    return None if width is None else Console(width=width)
+
+
+def _width_without_a_terminal() -> int | None:
+    """$COLUMNS, else the width of the terminal stderr or stdin is still on, else None."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    for stream in (sys.stderr, sys.stdin):
+        try:
+            if stream is not None and stream.isatty():
+                return os.get_terminal_size(stream.fileno()).columns
+        except (OSError, ValueError):  # closed, or not a real file
+            continue
+    return None
 
 
 def print_table(console, title: str, headers, rows) -> None:

@@ -2,8 +2,11 @@
 
 On a GPU node:  torchrun --nproc-per-node 2 -m slime_flashqla.bench.comm --backend nccl --json comm.json
 On a CPU box:   python -m slime_flashqla.bench.comm --backend gloo --nproc 2 --json comm.json
-(or `slime-flashqla bench comm ...`).  Rank 0 prints the tables (rich, or --plain text) and writes
-the JSON (--json) and the tables as Markdown (--markdown).
+(or `slime-flashqla bench comm ...`).  Under a launcher (WORLD_SIZE in the environment) rank 0 prints
+the tables (rich, or --plain text) and writes the JSON (--json) and the tables as Markdown
+(--markdown); with --nproc the command starts the ranks itself, rank 0 hands its report back, and
+the command prints and writes it once every rank has finished, so that a run stopped by Ctrl-C or
+SIGTERM (which stop every rank) writes nothing.
 """
 
 from __future__ import annotations
@@ -14,16 +17,17 @@ import json
 import os
 import platform
 import re
+import signal
 import socket
 import statistics
 import sys
 import tempfile
 import time
 import warnings
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from slime_flashqla.bench.options import output_paths, write_output
+from slime_flashqla.bench.options import available_memory, check_bounds, output_paths, write_output
 from slime_flashqla.errors import UserError
 
 VARIANTS = ("unwrapped", "always", "whitelist", "first-use", "off")
@@ -46,6 +50,19 @@ OPS = (
 )
 SIZE_FREE_OPS = frozenset({"barrier"})
 DEFAULT_SIZES = (4 * 1024, 64 * 1024 * 1024)
+# A message as large as nccl-tests go: 3 buffers of it per rank fit on every GPU bench comm is for.
+MAX_SIZE = 16 * 1024**3
+# Ranks --nproc starts on this host; beyond that a CPU box measures its scheduler, not the guard.
+MAX_LOCAL_RANKS = 64
+# What one gloo rank holds besides its buffers (a rank's resident set is ~170 MiB, most of it shared
+# with the command when forked: counted whole, with room), and how many buffers of the largest size
+# it holds at once (the full one, a part, an output or inbox).
+RANK_MEMORY = 256 * 1024**2
+BUFFERS_PER_RANK = 3
+RENDEZVOUS_TIMEOUT_S = 60.0
+# Above this spread of the A/A ratio (the unwrapped call against itself) the run cannot resolve
+# the few-percent differences the guard makes.
+AA_NOISE = 0.05
 # Calls per timed block (small, large messages) and rounds.  gloo on a small CPU box takes
 # ~0.1 s per 64 MB collective: fewer large iterations there.
 DEFAULT_ITERS = {"nccl": (50, 10), "gloo": (20, 2)}
@@ -60,7 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="write all numbers (rank 0) to this JSON file")
     parser.add_argument("--markdown", metavar="PATH", help="write the tables (rank 0) as Markdown to this file")
     parser.add_argument("--plain", action="store_true", help="plain-text tables even with rich")
-    parser.add_argument("--nproc", type=int, default=2, help="ranks to start here when not under torchrun (default 2)")
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        default=2,
+        help=f"ranks to start here when not under a launcher, 2 to {MAX_LOCAL_RANKS} (nccl: at most the visible GPUs), "
+        "and their buffers must fit in the available memory (default 2)",
+    )
     parser.add_argument(
         "--ops", nargs="+", choices=OPS, default=list(OPS), metavar="OP", help=f"{', '.join(OPS)} (default all)"
     )
@@ -69,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         type=_size,
         default=list(DEFAULT_SIZES),
-        help="message sizes, e.g. 4K 64M (default 4K 64M)",
+        help=f"message sizes, e.g. 4K 64M, a multiple of 4 bytes up to {_human(MAX_SIZE)} (default 4K 64M)",
     )
     parser.add_argument("--rounds", type=int, help="interleaved rounds over the variants (default: nccl 40, gloo 5)")
     parser.add_argument(
@@ -79,6 +102,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--iters-large", type=int, help="calls per timed block for sizes >= 1 MiB (default: nccl 10, gloo 2)"
     )
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls before each timed block (default 5)")
+    parser.add_argument(
+        "--rendezvous-timeout",
+        type=float,
+        default=RENDEZVOUS_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"how long a rank waits for the others to join, 1 to 3600 (default {RENDEZVOUS_TIMEOUT_S:g})",
+    )
 
 
 def _size(text: str) -> int:
@@ -87,10 +117,12 @@ def _size(text: str) -> int:
     text = text.strip().upper().removesuffix("B").removesuffix("I")
     try:
         value = int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: infK, 1e400K (argparse reports only the first)
         raise argparse.ArgumentTypeError(f"size {text!r}: use bytes or a K/M/G suffix, e.g. 4K, 64M") from None
     if value < 4 or value % 4:
         raise argparse.ArgumentTypeError(f"size {text!r}: must be a positive multiple of 4 bytes (float32)")
+    if value > MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"size {text!r}: at most {_human(MAX_SIZE)} per message")
     return value
 
 
@@ -252,9 +284,6 @@ def run_rank(args: argparse.Namespace) -> dict | None:
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    if "isend+irecv" in args.ops and world % 2:
-        # every rank reaches this check, so all of them stop instead of one hanging in a collective
-        raise SystemExit(f"bench comm: isend+irecv pairs ranks (0,1), (2,3)...; world size {world} is odd")
     backend = dist.get_backend()
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     small_default, large_default = DEFAULT_ITERS.get(backend, DEFAULT_ITERS["gloo"])
@@ -269,6 +298,7 @@ def run_rank(args: argparse.Namespace) -> dict | None:
             warmup = min(args.warmup, max(1, iters // 2)) if large else args.warmup
             call = _make_call(op, nbytes, device, rank, world)
             samples, steady = _time_op(call, sync, iters, warmup, rounds)
+            del call  # its buffers go before the next size's are made, as the memory check counts them
             rows.append({"op": op, "bytes": nbytes, "calls_per_block": iters, "samples": samples, "stats": steady})
             if rank == 0:
                 label = f"{op} {_human(nbytes)}" if nbytes else op
@@ -307,6 +337,7 @@ def run_rank(args: argparse.Namespace) -> dict | None:
         }
     for (i, mode, v), ratio in zip(paired_keys, paired.tolist(), strict=True):
         rows[i]["ratio"][mode][v] = ratio
+    again = [r["ratio"][mode][AGAIN] for r in rows for mode in MODES]
     return {
         "meta": {
             "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
@@ -327,6 +358,8 @@ def run_rank(args: argparse.Namespace) -> dict | None:
                 "latency: each call waited for (CUDA sync / work wait); back-to-back: one wait per block"
             ),
             "probe": "default: torch.cuda.mem_get_info() when CUDA is initialized, else None",
+            # the unwrapped call's ratio to itself over every row and mode: the run's resolution
+            "aa_spread": {"low": min(again), "high": max(again)},
         },
         "rows": rows,
         "wrapper_overhead_us": overhead,
@@ -352,11 +385,23 @@ def table_cells(report: dict, mode: str) -> tuple[list[str], list[list[str]]]:
 RATIO_NOTE = "(x): median over rounds of each variant's time / the unwrapped time of the same round"
 
 
+def resolution_note(spread: dict) -> str:
+    """One line on what the A/A spread (the unwrapped call timed twice) lets the other ratios say."""
+    low, high = spread["low"], spread["high"]
+    head = f"A/A: {low:.2f}x to {high:.2f}x ({AGAIN!r} / unwrapped)"
+    if low < 1 - AA_NOISE or high > 1 + AA_NOISE:
+        return (
+            f"{head}: a ratio between {low:.2f}x and {high:.2f}x cannot be told from noise in this run "
+            "(a busy host, or too few --rounds)"
+        )
+    return f"{head}: the run's resolution; a ratio within it shows no difference"
+
+
 def format_table(report: dict) -> str:
     """Render the report as Markdown: per timing mode one row per op and size, one column per variant."""
     from slime_flashqla.bench.report import markdown_table
 
-    lines = [RATIO_NOTE, ""]
+    lines = [RATIO_NOTE, "", resolution_note(report["meta"]["aa_spread"]), ""]
     for mode in MODES:
         lines += [f"{mode}:", "", *markdown_table(*table_cells(report, mode)), ""]
     overhead = [[label, f"{us:.3f}"] for label, us in report["wrapper_overhead_us"].items()]
@@ -373,6 +418,7 @@ def print_report(report: dict, plain: bool) -> None:
         print_table(console, f"{mode} ({report['meta']['backend']}, {report['meta']['world_size']} ranks)",
                     *table_cells(report, mode))  # fmt: skip
     print(RATIO_NOTE)
+    print(resolution_note(report["meta"]["aa_spread"]))
     overhead = [[label, f"{us:.3f}"] for label, us in report["wrapper_overhead_us"].items()]
     print_table(console, "the guard's wrapper alone", ("path", "us per call"), overhead)
 
@@ -400,40 +446,249 @@ def without_gloo_chatter():
             os.write(2, b"".join(kept))
 
 
-def _worker(local_rank: int, args: argparse.Namespace, world: int) -> None:
-    """Entry point of a rank started by --nproc (not under torchrun)."""
-    os.environ.update({"RANK": str(local_rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world)})
-    _run_initialized(args)
+def _launcher_rank() -> tuple[int, int, str, int] | None:
+    """(rank, world size, address, port) a launcher put in the environment, or None without WORLD_SIZE."""
+    if "WORLD_SIZE" not in os.environ:
+        return None
+    hint = "start every rank through torchrun, or unset WORLD_SIZE to start --nproc local ranks"
+    for name in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
+        if not os.environ.get(name):
+            raise UserError(f"WORLD_SIZE is set but {name} is not: {hint}")
+    env = {name: os.environ[name] for name in ("WORLD_SIZE", "RANK", "MASTER_PORT")}
+    try:
+        world, rank, port = (int(env[name]) for name in ("WORLD_SIZE", "RANK", "MASTER_PORT"))
+    except ValueError:
+        shown = " ".join(f"{name}={value!r}" for name, value in env.items())
+        raise UserError(f"the launcher's environment holds {shown}: whole numbers expected; {hint}") from None
+    if world < 2:
+        raise UserError(f"WORLD_SIZE={world} (from the environment): a collective needs peers; {hint}")
+    if not 0 <= rank < world or not 0 < port < 65536:
+        raise UserError(f"RANK={rank} of WORLD_SIZE={world}, MASTER_PORT={port} (from the environment): {hint}")
+    return rank, world, os.environ["MASTER_ADDR"], port
 
 
-def _run_initialized(args: argparse.Namespace) -> None:
-    """Init the process group from the environment, benchmark, report on rank 0, tear down."""
+def _rendezvous(args: argparse.Namespace, rank: int, world: int, address: str, port: int, hint: str) -> None:
+    """Meet the other ranks at address:port within --rendezvous-timeout, then init the process group."""
+    import torch.distributed as dist
+
+    from slime_flashqla.errors import one_line
+    from slime_flashqla.files.termination import interruptible
+
+    timeout = timedelta(seconds=args.rendezvous_timeout)
+
+    def meet():  # rank 0 serves the store and waits for every other rank to connect to it
+        return dist.TCPStore(address, port, world, is_master=rank == 0, timeout=timeout, wait_for_workers=True)
+
+    try:
+        store = interruptible(meet)  # torch waits in C++: in a thread, so that signals still stop the wait
+    except RuntimeError as error:
+        raise UserError(
+            f"the {world} ranks did not all join at {address}:{port} within {args.rendezvous_timeout:g} s "
+            f"({one_line(error)}); {hint}"
+        ) from error
+    with without_gloo_chatter():
+        dist.init_process_group(args.backend, store=store, rank=rank, world_size=world)
+
+
+def _run_launched(args: argparse.Namespace, rank: int, world: int, address: str, port: int) -> None:
+    """Be one rank of a launcher's world: meet the others, benchmark, report on rank 0, tear down."""
     import torch
     import torch.distributed as dist
 
     if args.backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    with without_gloo_chatter():
-        dist.init_process_group(args.backend)
+    hint = "start every rank (torchrun --nproc-per-node N -m slime_flashqla.bench.comm ...), or unset WORLD_SIZE"
+    hint += " to start --nproc local ranks"
+    if rank == 0:  # a stale WORLD_SIZE (an old torchrun shell, a PyTorchJob pod) lands here: say so
+        print(
+            f"bench comm: rank 0 of WORLD_SIZE={world} (from the environment): waiting up to "
+            f"{args.rendezvous_timeout:g} s for the other ranks at {address}:{port}; unset WORLD_SIZE to start "
+            "--nproc local ranks instead",
+            file=sys.stderr,
+            flush=True,
+        )
+    _rendezvous(args, rank, world, address, port, hint)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # all_gather_into_tensor's deprecation notice
-            report = run_rank(args)
+        report = _measure(args)
         if report is not None:
-            print_report(report, getattr(args, "plain", False))
-            if args.json:
-                write_output(Path(args.json), json.dumps(report, indent=1) + "\n")
-                print(f"wrote {args.json}")
-            if getattr(args, "markdown", None):
-                write_output(Path(args.markdown), format_table(report) + "\n")
-                print(f"wrote {args.markdown}")
+            publish(report, args)
         dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
+def _measure(args: argparse.Namespace) -> dict | None:
+    """run_rank with all_gather_into_tensor's deprecation notice held back."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return run_rank(args)
+
+
+def publish(report: dict, args: argparse.Namespace) -> None:
+    """Print the tables and write --json and --markdown (their paths were checked before the run)."""
+    print_report(report, getattr(args, "plain", False))
+    if args.json:
+        write_output(Path(args.json), json.dumps(report, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    if getattr(args, "markdown", None):
+        write_output(Path(args.markdown), format_table(report) + "\n")
+        print(f"wrote {args.markdown}")
+
+
+def _stay_with_parent(parent: int) -> None:
+    """End this rank when the command's process ends, even by SIGKILL (Linux), so that no rank is orphaned."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # it went before the line above took effect
+        os._exit(1)
+
+
+def _rank_process(rank: int, world: int, port: int, args: argparse.Namespace, outbox, parent: int) -> None:
+    """One rank started by --nproc: benchmark, then send ("ok", report or None) or ("error", ...) to the command."""
+    _stay_with_parent(parent)
+    # The command stops its ranks: Ctrl-C reaches the whole process group, and the command then
+    # ends every rank with SIGTERM, which ends a rank at once and quietly (a fork inherits the
+    # command's SIGTERM handler, whose exception would print a traceback per rank).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        import torch
+        import torch.distributed as dist
+
+        if args.backend == "nccl":
+            torch.cuda.set_device(rank)
+        _rendezvous(args, rank, world, "127.0.0.1", port, "the machine may be too busy to start them all")
+        try:
+            report = _measure(args)
+        finally:
+            dist.destroy_process_group()
+        outbox.send(("ok", report))
+    except Exception as error:
+        outbox.send(("error", _portable(error), f"{type(error).__name__}: {error}"))
+        sys.exit(1)
+
+
+def _portable(error: Exception) -> Exception | None:
+    """`error` if it survives a trip through pickle (so the command can raise it as the rank did), else None."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return None
+    return error
+
+
+def _rank_failure(rank: int, code: int, message) -> Exception:
+    """The command's error for a rank that exited with `code` after sending `message` (or nothing)."""
+    if message and message[0] == "error":
+        # The rank's own exception where it could be sent: its type says whether it is the user's to fix.
+        _, error, text = message
+        return error if error is not None else RuntimeError(f"rank {rank}: {text}")
+    if code < 0:
+        name = signal.Signals(-code).name
+        return RuntimeError(f"rank {rank} was killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else ""))
+    return RuntimeError(f"rank {rank} exited with status {code} and sent no result")
+
+
+def _stop(ranks: list, grace_s: float = 5.0) -> None:
+    """End every rank still running (SIGTERM, then SIGKILL after `grace_s`) and reap them all."""
+    for rank in ranks:
+        if rank.is_alive():
+            rank.terminate()
+    deadline = time.monotonic() + grace_s
+    for rank in ranks:
+        rank.join(max(0.0, deadline - time.monotonic()))
+        if rank.is_alive():
+            rank.kill()
+            rank.join()
+
+
+def _run_local_ranks(args: argparse.Namespace) -> dict:
+    """Start --nproc ranks here, wait for all of them, and return rank 0's report; stop them all on any way out."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    # CUDA cannot be used in a forked child; gloo ranks start faster by fork.
+    context = multiprocessing.get_context("spawn" if args.backend == "nccl" else "fork")
+    settings = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "func"})  # picklable for spawn
+    with socket.socket() as s:  # a free port for the rendezvous; the tiny race is acceptable here
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ranks, inboxes, messages = [], [], {}
+    try:
+        for rank in range(args.nproc):
+            inbox, outbox = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_rank_process,
+                args=(rank, args.nproc, port, settings, outbox, os.getpid()),
+                name=f"slime-flashqla-bench-comm-rank-{rank}",
+                daemon=True,
+            )
+            process.start()
+            outbox.close()
+            ranks.append(process)
+            inboxes.append(inbox)
+        running = set(range(args.nproc))
+        while running:
+            unread = [inboxes[rank] for rank in running if rank not in messages]
+            ready = wait([ranks[rank].sentinel for rank in running] + unread)
+            for rank in sorted(running):
+                if inboxes[rank] in ready and rank not in messages:
+                    messages[rank] = _receive(inboxes[rank])
+                if ranks[rank].sentinel in ready:
+                    ranks[rank].join()
+                    if rank not in messages:  # it may have written and exited in the same instant
+                        messages[rank] = _receive(inboxes[rank]) if inboxes[rank].poll() else None
+                    if ranks[rank].exitcode != 0 or not messages[rank] or messages[rank][0] != "ok":
+                        raise _rank_failure(rank, ranks[rank].exitcode, messages[rank])
+                    running.discard(rank)
+        return messages[0][1]
+    finally:
+        _stop(ranks)
+        for inbox in inboxes:
+            inbox.close()
+
+
+def _receive(inbox):
+    """The one message a rank sends, or None if it closed its end without one."""
+    try:
+        return inbox.recv()
+    except EOFError:
+        return None
+
+
+def _check_local_ranks(args: argparse.Namespace) -> None:
+    """Refuse a --nproc run this machine cannot hold, before any rank starts."""
+    import torch
+
+    check_bounds(UserError, ("--nproc", args.nproc, 2, MAX_LOCAL_RANKS))
+    largest = max((size for op in args.ops if op not in SIZE_FREE_OPS for size in args.sizes), default=0)
+    if args.backend == "nccl":
+        if torch.cuda.device_count() < args.nproc:
+            raise UserError(f"--nproc {args.nproc} > {torch.cuda.device_count()} visible GPUs")
+        smallest = min(torch.cuda.get_device_properties(i).total_memory for i in range(args.nproc))
+        if BUFFERS_PER_RANK * largest > smallest:
+            raise UserError(
+                f"--sizes {_human(largest)}: a rank holds {BUFFERS_PER_RANK} buffers of it, more than a GPU's "
+                f"{smallest / 1024**3:.1f} GiB"
+            )
+        return
+    need = args.nproc * (RANK_MEMORY + BUFFERS_PER_RANK * largest)
+    available = available_memory()
+    if available is not None and need > available:
+        raise UserError(
+            f"{args.nproc} ranks with {_human(largest) if largest else 'no'} messages need about "
+            f"{need / 1024**3:.1f} GiB of memory; this machine has {available / 1024**3:.1f} GiB available: "
+            "use a smaller --nproc or --sizes"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
-    """Benchmark under torchrun's environment, or start --nproc local ranks."""
+    """Benchmark as one rank of a launcher's world (WORLD_SIZE set), or start --nproc local ranks."""
     import torch
 
     if args.backend is None:
@@ -443,25 +698,21 @@ def run(args: argparse.Namespace) -> int:
     counts = [1 if n is None else n for n in (args.rounds, args.iters_small, args.iters_large)]
     if min(counts) < 1 or args.warmup < 0:
         raise UserError("--rounds and --iters-* must be >= 1, --warmup >= 0")
+    check_bounds(UserError, ("--rendezvous-timeout", args.rendezvous_timeout, 1, 3600))
     # Where the results go is checked before any rank starts, as every benchmark checks it.
     for option, path in output_paths(args, UserError, ("json", "markdown")).items():
         setattr(args, option, str(path))
-    if "WORLD_SIZE" in os.environ:  # torchrun (or another launcher) started us
-        _run_initialized(args)
-        return 0
-    if args.nproc < 2:
+    launched = _launcher_rank()
+    if launched is None and args.nproc < 2:
         raise UserError("--nproc must be >= 2 (a collective needs peers)")
-    if args.backend == "nccl" and torch.cuda.device_count() < args.nproc:
-        raise UserError(f"--nproc {args.nproc} > {torch.cuda.device_count()} visible GPUs")
-    with socket.socket() as s:  # a free port for the rendezvous; the tiny race is acceptable here
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-    import torch.multiprocessing as mp
-
-    # CUDA cannot be used in a forked child; gloo ranks start faster by fork.
-    method = "spawn" if args.backend == "nccl" else "fork"
-    mp.start_processes(_worker, args=(args, args.nproc), nprocs=args.nproc, start_method=method)
+    world = launched[1] if launched else args.nproc
+    if "isend+irecv" in args.ops and world % 2:
+        raise UserError(f"isend+irecv pairs ranks (0,1), (2,3)...; world size {world} is odd")
+    if launched is not None:
+        _run_launched(args, *launched)
+        return 0
+    _check_local_ranks(args)
+    publish(_run_local_ranks(args), args)
     return 0
 
 

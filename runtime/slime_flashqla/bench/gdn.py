@@ -32,8 +32,12 @@ from slime_flashqla.bench.gdn_shapes import (
     TP_HEADS,
 )
 from slime_flashqla.bench.options import (
+    MAX_HEAD_DIM,
+    MAX_HIDDEN_SIZE,
     check_bounds,
+    check_layer_sizes,
     check_seed,
+    device_memory,
     layer_setup,
     output_paths,
     parse_device,
@@ -45,6 +49,7 @@ from slime_flashqla.bench.variants import (
     VARIANTS,
     Variant,
     build_layer,
+    input_bytes,
     kernel_call,
     kernel_fn,
     layer_call,
@@ -55,7 +60,7 @@ from slime_flashqla.bench.variants import (
 from slime_flashqla.errors import UserError
 from slime_flashqla.gdn.names import AUTO
 from slime_flashqla.terminal import print_table, table_console
-from slime_flashqla.workload.heads import HeadConfig, HeadConfigError, parse_heads
+from slime_flashqla.workload.heads import MAX_HEADS, HeadConfig, HeadConfigError, parse_heads
 from slime_flashqla.workload.lengths import ShapeError, ShapeSpec, parse_shapes
 from slime_flashqla.workload.setup import DTYPES, LAYER_MODELS, LayerSetup
 
@@ -88,7 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument("--all-shapes", action="store_true", help=f"every shape: {','.join(ALL_SHAPES)}")
     parser.add_argument(
-        "--heads", help=f"comma list of Hk/Hv head configs (default {','.join(DEFAULT_HEADS)}, Qwen3-Next at TP1-8)"
+        "--heads",
+        help=f"comma list of Hk/Hv head configs, Hv at most {MAX_HEADS} (default {','.join(DEFAULT_HEADS)}, "
+        "Qwen3-Next at TP1-8)",
     )
     parser.add_argument("--tp-configs", action="store_true", help=f"every TP head config: {','.join(TP_HEADS)}")
     parser.add_argument(
@@ -102,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         choices=DTYPES,
         help="q/k/v and layer dtype (default bfloat16 on a GPU; float32 on the CPU, where bfloat16 convs are slow)",
     )
-    parser.add_argument("--head-dim", type=int, default=128, help="K = V head size (default 128)")
+    parser.add_argument("--head-dim", type=int, default=128, help=f"K = V head size, 1 to {MAX_HEAD_DIM} (default 128)")
     parser.add_argument(
         "--layer-model",
         choices=LAYER_MODELS,
@@ -114,7 +121,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="DIR",
         help="a slime checkout for the slime-layer-* variants (default: $SLIME_SOURCE, else importable slime_plugins)",
     )
-    parser.add_argument("--hidden-size", type=int, default=2048, help="layer hidden size (default 2048, Qwen3-Next)")
+    parser.add_argument(
+        "--hidden-size",
+        type=int,
+        default=2048,
+        help=f"layer hidden size, 1 to {MAX_HIDDEN_SIZE} (default 2048, Qwen3-Next)",
+    )
     parser.add_argument(
         "--warmup", type=int, default=5, help=f"untimed calls before timing, at most {MAX_CALLS} (default 5)"
     )
@@ -189,9 +201,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
         ("--iters", args.iters, 1, MAX_CALLS),
         ("--rounds", args.rounds, 1, MAX_CALLS),
         ("--warmup", args.warmup, 0, MAX_CALLS),
-        ("--head-dim", args.head_dim, 1, None),
-        ("--hidden-size", args.hidden_size, 1, None),
     )
+    check_layer_sizes(BenchInputError, args)
     check_seed(BenchInputError, args.seed)
     device = parse_device(args.device, BenchInputError)
     return Plan(
@@ -209,6 +220,24 @@ def build_plan(args: argparse.Namespace) -> Plan:
 
 
 # ---------------------------------------------------------------- availability
+
+
+def check_memory(plan: Plan) -> None:
+    """Refuse a plan whose largest group's inputs alone exceed the memory free on its device (BenchInputError)."""
+    import torch
+
+    free, where = device_memory(torch.device(plan.setup.device))
+    if free is None:
+        return
+    groups = [(level, shape, heads) for level in plan.levels for shape in plan.shapes for heads in plan.heads]
+    level, shape, heads = max(groups, key=lambda group: input_bytes(group[1].tokens, group[2], plan.setup, group[0]))
+    need = input_bytes(shape.tokens, heads, plan.setup, level)
+    if need > free:
+        raise BenchInputError(
+            f"--shapes {shape.label} at heads {heads.label}: the {level} inputs alone take {need / 2**30:.1f} GiB; "
+            f"{where} {free / 2**30:.1f} GiB available: choose shorter --shapes, fewer --heads or a smaller "
+            f"{'--hidden-size' if level == 'layer' else '--head-dim'}"
+        )
 
 
 def find_problems(plan: Plan) -> dict[tuple[str, str], str]:
@@ -382,6 +411,20 @@ def _run_group(level, shape, heads, mode, inputs, layers, plan, problems) -> lis
     return rows
 
 
+def _failed_group(level, shape, heads, mode, plan, problems, reason: str) -> list[Row]:
+    """The rows of a group whose inputs could not be made: skipped where a variant cannot run, else errors."""
+    rows = []
+    for variant in plan.variants:
+        skipped = problems.get((variant.name, mode)) or variant_problem(
+            variant, mode, plan.heads[0], plan.setup, level=level
+        )
+        if skipped:
+            rows.append(_row(level, shape, heads, mode, variant, status="skipped", reason=skipped))
+        else:
+            rows.append(_row(level, shape, heads, mode, variant, status="error", reason=reason))
+    return rows
+
+
 def run_plan(plan: Plan, problems: dict[tuple[str, str], str], progress) -> list[Row]:
     """Measure every runnable row; `progress(row)` is called after each row's group is measured."""
     rows = []
@@ -389,7 +432,18 @@ def run_plan(plan: Plan, problems: dict[tuple[str, str], str], progress) -> list
         layers: dict[tuple, object] = {}  # built once per (heads, variant), reused across shapes
         for shape in plan.shapes:
             for heads in plan.heads:
-                inputs = random_inputs(shape.lengths, heads, plan.setup, level)
+                try:
+                    inputs = random_inputs(shape.lengths, heads, plan.setup, level)
+                except Exception as error:  # out of memory: every row of the group says so, the run goes on
+                    _free_memory(plan.setup)
+                    reason = f"building the inputs: {_error_reason(error)}"
+                    for mode in plan.modes:
+                        group = _failed_group(level, shape, heads, mode, plan, problems, reason)
+                        for row in group:
+                            if row.status != "skipped":
+                                progress(row)
+                        rows += group
+                    continue
                 for mode in plan.modes:
                     group = _run_group(level, shape, heads, mode, inputs, layers, plan, problems)
                     for row in group:
@@ -490,7 +544,7 @@ def _progress(total: int, console):
         timing = f"{row.median_ms:.3f} ms" if row.median_ms is not None else row.status.upper()
         return f"{row.level} {row.shape} {row.heads} {row.mode} {row.variant}: {timing}"
 
-    if console is None:
+    if console is None or not console.is_terminal:  # a log or a pipe: rich's bar would draw nothing there
 
         def plain(row: Row) -> None:
             done[0] += 1
@@ -512,7 +566,7 @@ def _unavailable(problems: dict[tuple[str, str], str]) -> str:
     return "; ".join(f"{variant} ({mode}): {reason}" for (variant, mode), reason in problems.items())
 
 
-def _print_plan(plan: Plan, problems: dict) -> None:
+def _print_plan(plan: Plan, problems: dict, skipping: bool) -> None:
     import torch
 
     from slime_flashqla.gdn import explain_auto
@@ -523,7 +577,7 @@ def _print_plan(plan: Plan, problems: dict) -> None:
         f"{','.join(plan.modes)} x variants {','.join(v.name for v in plan.variants)}"
     )
     for (variant, mode), reason in problems.items():
-        print(f"  skipped {variant} ({mode}): {reason}")
+        print(f"  {'skipped' if skipping else 'cannot run here:'} {variant} ({mode}): {reason}")
     if any(v.backend == AUTO for v in plan.variants):
         for heads in plan.heads:
             for mode in plan.modes:
@@ -555,19 +609,26 @@ def main(args: argparse.Namespace) -> int:
     """Run `bench gdn`; 0 when every row ran, 1 when a row or the PNG failed; BenchInputError for bad input."""
     plan = build_plan(args)
     outputs = output_paths(args, BenchInputError, ("json", "markdown", "plot"))
+    check_memory(plan)
     problems = find_problems(plan)
+    refusal = None
     if len(problems) == len(plan.variants) * len(plan.modes):
-        raise BenchInputError(f"no variant can run on this machine: {_unavailable(problems)}")
-    if problems and not args.skip_unavailable:
-        raise BenchInputError(
+        refusal = f"no variant can run on this machine: {_unavailable(problems)}"
+    elif problems and not args.skip_unavailable:
+        refusal = (
             f"these variants cannot run on this machine: {_unavailable(problems)}; "
             "pass --skip-unavailable to benchmark the others, or choose --variants"
         )
-    _print_plan(plan, problems)
+    if args.dry_run:  # the plan and what cannot run here, then the verdict the run would get
+        _print_plan(plan, problems, skipping=args.skip_unavailable and refusal is None)
+        if refusal:
+            raise BenchInputError(refusal)
+        return 0
+    if refusal:
+        raise BenchInputError(refusal)
+    _print_plan(plan, problems, skipping=True)
     if plan.setup.device_type == "cuda" and plan.iters < 20:
         print(f"bench gdn: note: --iters {plan.iters} < 20 timed calls per row; the medians will be noisy")
-    if args.dry_run:
-        return 0
     import torch
 
     device = torch.device(plan.setup.device)

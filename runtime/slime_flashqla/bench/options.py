@@ -9,6 +9,10 @@ from slime_flashqla.workload.setup import MAX_SEED, LayerSetup
 
 # The formats --plot writes, by the name's suffix (matplotlib would add `.png` to any other name).
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+# Layer sizes a benchmark builds: 8x FLA's largest head size and 16x Qwen3-Next's hidden size.
+# Beyond them the inputs, weights or states fail to allocate after the run has started.
+MAX_HEAD_DIM = 1024
+MAX_HIDDEN_SIZE = 65536
 
 
 def parse_device(text: str | None, error_type: type[Exception]):
@@ -58,6 +62,34 @@ def check_bounds(error: type[Exception], *bounds: tuple[str, float, float, float
             raise error(f"{name} must be >= {low}, got {value}")
         if high is not None and value > high:
             raise error(f"{name} must be <= {high}, got {value}")
+
+
+def check_layer_sizes(error: type[Exception], args) -> None:
+    """Raise `error` unless --head-dim and --hidden-size lie within their bounds."""
+    check_bounds(
+        error, ("--head-dim", args.head_dim, 1, MAX_HEAD_DIM), ("--hidden-size", args.hidden_size, 1, MAX_HIDDEN_SIZE)
+    )
+
+
+def device_memory(device) -> tuple[int | None, str]:
+    """Bytes free for new work on `device` (a torch.device) and what they are, or None where unknown."""
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.mem_get_info(device)[0], f"{device} has"
+    return available_memory(), "this machine has"
+
+
+def available_memory() -> int | None:
+    """Bytes of host memory available to new work (/proc/meminfo's MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def check_seed(error: type[Exception], seed: int) -> None:

@@ -281,6 +281,17 @@ def layer_call(layer, inputs: dict, backward: bool):
     return call
 
 
+def input_bytes(tokens: int, heads: HeadConfig, setup: LayerSetup, level: str) -> int:
+    """Bytes random_inputs allocates for a pack of `tokens` (what a group needs before any variant runs)."""
+    size = {"bfloat16": 2, "float16": 2, "float32": 4}[setup.dtype]
+    if level == "layer":
+        return 2 * tokens * setup.hidden_size * size  # x and its gradient
+    dim = setup.head_dim
+    # q, k; v and its gradient; beta in the q/k/v dtype, g in float32
+    per_token = (2 * heads.key_heads * dim + 2 * heads.value_heads * dim + heads.value_heads) * size
+    return tokens * (per_token + 4 * heads.value_heads)
+
+
 def random_inputs(lengths, heads: HeadConfig, setup: LayerSetup, level: str, generator=None) -> dict:
     """Fresh random inputs for one packed batch of `lengths` (seeded by `setup.seed` unless given a generator)."""
     import torch

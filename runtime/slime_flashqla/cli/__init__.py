@@ -10,13 +10,17 @@ early (`| head`) ends the command quietly with 141, as SIGPIPE ends other tools.
 
 Help: a (sub-)subcommand's one-line help is also its `--help` description, and an option's help
 that does not state its default gets `(default X)` appended (`complete_help`), so no subcommand
-module has to repeat either.
+module has to repeat either; a default that an environment variable sets, `(default: $VAR)`,
+gets the path it is on this machine, and every `--model` the model names it takes.
+`--help` exits 0 everywhere; a command whose subcommand is missing (`slime-flashqla`,
+`slime-flashqla cache`, `slime-flashqla bench`) is a usage error naming the choices, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 # Each entry is a module with `register(subparsers)`; registering sets
@@ -45,8 +49,46 @@ def build_parser() -> argparse.ArgumentParser:
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     _add_debug_flag(parser)
+    _subcommand_chosen_in_main(parser)
     complete_help(parser)
     return parser
+
+
+def _subcommand_chosen_in_main(parser: argparse.ArgumentParser) -> None:
+    """A missing subcommand reaches `main` (which names the choices) at every level, whatever the module set."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            action.required = False
+            parser.set_defaults(func=None)  # `cache` alone printed its help (exit 2) where `bench` alone erred
+            for sub in action.choices.values():
+                _subcommand_chosen_in_main(sub)
+
+
+def _missing_subcommand(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """(parser, its subparsers action) of the level whose subcommand `args` lacks, or None."""
+    while True:
+        action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if action is None:
+            return None
+        chosen = getattr(args, action.dest, None)
+        if chosen is None:
+            return parser, action
+        parser = action.choices[chosen]
+
+
+def _env_default(match: re.Match) -> str:
+    """`(default: $VAR)` with the path the default is on this machine, the variable set or not."""
+    import os
+
+    from slime_flashqla.kernels.cache import tilelang_cache_dir, triton_cache_dir
+
+    variable = match.group(1)
+    where = {"TILELANG_CACHE_DIR": tilelang_cache_dir, "TRITON_CACHE_DIR": triton_cache_dir}.get(variable)
+    if where is None:
+        return match.group(0)
+    path = str(where()).replace("%", "%%")  # argparse formats help with %
+    state = "here" if os.environ.get(variable) else "unset here, so"
+    return f"(default: ${variable}; {state} {path})"
 
 
 def complete_help(parser: argparse.ArgumentParser) -> None:
@@ -58,12 +100,23 @@ def complete_help(parser: argparse.ArgumentParser) -> None:
                 if sub.description is None and helps.get(name):
                     sub.description = helps[name]
                 complete_help(sub)
-        elif action.option_strings and action.help not in (None, argparse.SUPPRESS) and "default" not in action.help:
-            default = action.default
-            if default is None or isinstance(default, bool) or default in ("", [], argparse.SUPPRESS):
-                continue  # a flag, or an option whose absence means "not asked for"
-            shown = " ".join(map(str, default)) if isinstance(default, list | tuple) else default
-            action.help = f"{action.help} (default {shown})"
+        elif action.option_strings and action.help not in (None, argparse.SUPPRESS):
+            _complete_option_help(action)
+
+
+def _complete_option_help(action: argparse.Action) -> None:
+    """An option's help with its default, the path an environment default is here, and --model's names."""
+    from slime_flashqla.workload.models import MODEL_HEADS
+
+    action.help = re.sub(r"\(default: \$([A-Z_]+)\)", _env_default, action.help)
+    if "--model" in action.option_strings and not all(name in action.help for name in MODEL_HEADS):
+        action.help = f"{action.help}; names: {', '.join(MODEL_HEADS)}"
+    if "default" not in action.help:
+        default = action.default
+        if default is None or isinstance(default, bool) or default in ("", [], argparse.SUPPRESS):
+            return  # a flag, or an option whose absence means "not asked for"
+        shown = " ".join(map(str, default)) if isinstance(default, list | tuple) else default
+        action.help = f"{action.help} (default {shown})"
 
 
 def _add_debug_flag(parser: argparse.ArgumentParser) -> None:
@@ -84,9 +137,11 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "func", None) is None:
-        parser.print_help()
-        return 2
+    missing = _missing_subcommand(parser, args)
+    if missing is not None:
+        level, action = missing
+        article = "an" if action.metavar[0] in "AEIOU" else "a"
+        level.error(f"choose {article} {action.metavar}: {', '.join(action.choices)} (see --help)")
     words = ("slime-flashqla", args.command, getattr(args, "benchmark", None), getattr(args, "cache_action", None))
     prefix = " ".join(filter(None, words))
     try:

@@ -20,7 +20,7 @@ def register(subparsers) -> None:
         choices=REQUIRABLE,
         action="append",
         default=[],
-        help="exit non-zero unless this backend is usable for training (repeatable)",
+        help="exit non-zero unless this backend is usable for training and no setting is refused (repeatable)",
     )
     parser.set_defaults(func=run)
 
@@ -64,13 +64,17 @@ def _driver(report: dict) -> str:
 
 
 def unmet_requirements(report: dict, required: list[str]) -> list[str]:
-    """Messages for each required backend this node cannot use for training."""
+    """Messages for each required backend this node cannot use for training, and each refused setting."""
+    if not required:
+        return []
     problems = [backend.requirement_problem(report) for backend in in_auto_order() if backend.name in required]
-    return [problem for problem in problems if problem]
+    return [problem for problem in problems if problem] + report["setting_problems"]
 
 
 def run(args) -> int:
-    """Print the report; return 1 when a --require is not met."""
+    """Print the report; return 1 when a --require is not met (the reasons on stderr, where a job log keeps them)."""
+    import sys
+
     from slime_flashqla.diagnostics.report import collect_report
 
     report = collect_report()
@@ -79,6 +83,7 @@ def run(args) -> int:
         print(json.dumps({**report, "unmet_requirements": problems}, indent=2))
     else:
         print_rows("slime-flashqla doctor", report_rows(report))
-        for problem in problems:
-            print(f"REQUIREMENT NOT MET: {problem}")
+    sys.stdout.flush()  # the table first, then the verdict, where both go to one terminal
+    for problem in problems:
+        print(f"REQUIREMENT NOT MET: {problem}", file=sys.stderr)
     return 1 if problems else 0

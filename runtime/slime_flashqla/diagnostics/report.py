@@ -31,6 +31,20 @@ def known_problems(report: dict) -> list[str]:
     return warnings
 
 
+def setting_problems() -> list[str]:
+    """The package's environment settings that the slime integration refuses, each in the words it refuses them."""
+    from slime_flashqla.comm_guard.policy import resolve_policy
+    from slime_flashqla.integrations.slime.install import enabled
+
+    problems = []
+    for check in (enabled, lambda: resolve_policy(None)):
+        try:
+            check()
+        except ValueError as error:
+            problems.append(f"{error}; install() refuses it, so every slime actor with the integration fails to start")
+    return problems
+
+
 def report_notes(report: dict) -> list[str]:
     """Facts of this environment worth knowing that ask nothing of the user (unlike `known_problems`)."""
     return [note for backend in in_auto_order() for note in backend.report_notes(report)]
@@ -68,6 +82,7 @@ def collect_report() -> dict:
         "tilelang_cache_dir": str(tilelang_cache_dir()),
     }
     report["slime"] = slime_report()
-    report["warnings"] = known_problems(report)
+    report["setting_problems"] = setting_problems()
+    report["warnings"] = known_problems(report) + report["setting_problems"]
     report["notes"] = report_notes(report)
     return report

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
+from typing import TypeVar
+
+T = TypeVar("T")
 
 TERMINATED_EXIT = 128 + signal.SIGTERM
 
@@ -39,3 +43,29 @@ def sigterm_raises():
     finally:
         # None: a handler installed from C, which Python cannot put back; the default is the closest.
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def interruptible(fn: Callable[[], T], poll_s: float = 0.1) -> T:
+    """fn() in a daemon thread while the main thread waits for it, so that Ctrl-C and SIGTERM still stop the wait."""
+    # Python runs signal handlers between bytecodes of the main thread only: inside a long C++ wait
+    # (a TCP rendezvous for peers that never come) SIGTERM's handler never runs, and since it is
+    # installed, the default action (ending the process) does not happen either. Waiting on a
+    # thread, the main thread wakes every `poll_s` and raises; the abandoned call must hold nothing
+    # that has to outlive the process (it ends with it, being a daemon).
+    if threading.current_thread() is not threading.main_thread():
+        return fn()
+    outcome: dict = {}
+
+    def call() -> None:
+        try:
+            outcome["value"] = fn()
+        except BaseException as error:  # handed to the main thread, which raises it there
+            outcome["error"] = error
+
+    worker = threading.Thread(target=call, name="slime-flashqla-interruptible", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(poll_s)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

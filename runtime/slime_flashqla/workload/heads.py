@@ -6,6 +6,9 @@ import re
 from dataclasses import dataclass
 
 _HK_HV = re.compile(r"^(\d+)/(\d+)$")
+# Value heads of one layer shard: 16x the largest model served (Qwen3.5-397B, 64). More is a typo
+# whose inputs fail to allocate after the run started, not a configuration.
+MAX_HEADS = 1024
 
 
 class HeadConfigError(ValueError):
@@ -34,9 +37,11 @@ class HeadConfig:
 
 
 def checked_heads(key_heads: int, value_heads: int, what: str) -> HeadConfig:
-    """HeadConfig(key_heads, value_heads), or a HeadConfigError naming `what` unless Hv is a positive multiple of Hk."""
+    """HeadConfig(key_heads, value_heads), or a HeadConfigError naming `what` unless Hk divides Hv <= MAX_HEADS."""
     if key_heads <= 0 or value_heads <= 0 or value_heads % key_heads:
         raise HeadConfigError(f"{what}: Hv must be a positive multiple of Hk, got {key_heads}/{value_heads}")
+    if value_heads > MAX_HEADS:
+        raise HeadConfigError(f"{what}: at most {MAX_HEADS} value heads per layer shard, got {key_heads}/{value_heads}")
     return HeadConfig(key_heads, value_heads)
 
 

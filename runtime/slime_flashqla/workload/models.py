@@ -12,6 +12,8 @@ MODEL_HEADS = {
     "qwen3-next-80b-a3b": (16, 32),
     "qwen3.5-397b-a17b": (16, 64),
 }
+# A Hugging Face config.json is a few KiB: a larger file is not one, and is refused unread.
+MAX_CONFIG_BYTES = 16 * 2**20
 # Hk/Hv per rank from TP1 to TP8 for the 16/64, 16/48 and 16/32 families.
 TP_HEAD_CONFIGS = ((16, 64), (16, 48), (16, 32), (8, 32), (8, 16), (4, 16), (4, 8), (2, 8), (2, 4))
 
@@ -53,20 +55,43 @@ def model_rank_heads(models: list[str], tp: str | None) -> list[HeadConfig]:
     return [split_for_tp(model_heads(model), size) for model in models for size in sizes]
 
 
+def model_names_help() -> str:
+    """What a --model option takes, for its help: the known names, or a config.json (or its checkpoint folder)."""
+    return f"one of {', '.join(MODEL_HEADS)}, or the path of a model's config.json (or of the folder holding it)"
+
+
+def _config_path(name_or_config: str) -> Path:
+    """The config.json file `--model` names (a checkpoint folder stands for its config.json); ValueError if none."""
+    path = Path(name_or_config)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{path} is a directory without config.json: pass the model's config.json")
+        return path / "config.json"
+    if path.is_file():
+        return path
+    if path.exists():  # a FIFO or a device would be read forever
+        raise ValueError(f"{path} is not a regular file: pass the model's config.json")
+    if "/" in name_or_config or name_or_config.endswith(".json"):
+        raise ValueError(f"{name_or_config}: no such file")
+    raise ValueError(f"unknown model {name_or_config!r}: use {model_names_help()}")
+
+
 def model_heads(name_or_config: str) -> HeadConfig:
     """Heads of a named model or of a Hugging Face config.json path, checked as workload.heads checks `Hk/Hv`."""
     if name_or_config in MODEL_HEADS:
         return HeadConfig(*MODEL_HEADS[name_or_config])
-    path = Path(name_or_config)
-    if not path.is_file():
+    path = _config_path(name_or_config)
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
         raise ValueError(
-            f"unknown model {name_or_config!r}: use one of {', '.join(MODEL_HEADS)} or a path to the model's "
-            "config.json"
+            f"{path} is {size / 2**20:.0f} MiB: a model's config.json is at most {MAX_CONFIG_BYTES // 2**20} MiB"
         )
     try:
         config = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} is not valid JSON ({error})") from None
+    except RecursionError:  # json's decoder recurses per level: `[` * 100000 is valid up to its end
+        raise ValueError(f"{path} is not valid JSON (nested too deeply)") from None
     if isinstance(config, dict):
         config = config.get("text_config", config)  # Qwen3.5 nests the language model's config
     if not isinstance(config, dict):

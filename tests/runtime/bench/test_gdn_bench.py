@@ -70,6 +70,18 @@ def test_defaults_and_opt_in_sets():
         (("--warmup", "1000000000000"), "--warmup must be <= 100000"),
         (("--seed", "100000000000000000000000"), "--seed must be <= 18446744073709551615"),
         (("--seed", "-5"), "--seed must be >= 0"),
+        # ND20: no upper bound on heads and sizes; they failed late, as allocation errors
+        (("--heads", "1000000000/2000000000"), "at most 1024 value heads"),
+        (("--heads", "100000/100000"), "at most 1024 value heads"),
+        (("--heads", "1024/1024", "--levels", "kernel", "--shapes", "64"), None),
+        (("--head-dim", "1000000"), "--head-dim must be <= 1024"),
+        (("--hidden-size", "100000000"), "--hidden-size must be <= 65536"),
+        # inputs larger than the memory there is (item 19): refused before any row, not an internal error
+        (("--shapes", "2147483647", "--heads", "2/4", "--levels", "kernel", "--variants", "torch"), "GiB available"),
+        (
+            ("--shapes", "1x100000000", "--hidden-size", "65536", "--levels", "layer", "--variants", "torch"),
+            "GiB available",
+        ),
     ],
 )
 def test_bad_input_exits_2_before_running(argv, message, capsys, monkeypatch):
@@ -444,6 +456,18 @@ def test_dry_run_prints_the_plan_and_autos_choice(capsys):
     assert "plan: 8 rows" in out and "auto 1/2 fwd+bwd -> torch" in out
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="describes a machine where the default variants cannot run")
+def test_dry_run_prints_the_plan_where_a_default_variant_cannot_run(capsys, monkeypatch):
+    """Item 9: `bench gdn --dry-run` printed no plan, only the refusal, where the default variants cannot run."""
+    monkeypatch.setattr(gdn, "run_plan", lambda *a: pytest.fail("a dry run ran"))
+    assert bench("--dry-run") == 2
+    captured = capsys.readouterr()
+    assert "plan: 400 rows" in captured.out
+    assert "cannot run here: flashqla-gva (fwd):" in captured.out and "auto 16/32 fwd -> torch" in captured.out
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "these variants cannot run on this machine" in err[0] and "--skip-unavailable" in err[0]
+
+
 def test_module_runs_standalone_and_imports_no_kernel_library():
     code = (
         "import sys, slime_flashqla.bench.gdn; "
@@ -510,6 +534,43 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_run(tmp_pat
     assert bench(*TINY, *TINY_TIMING, "--variants", "torch", option, str(tmp_path / name)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0] and err[0].startswith(f"slime-flashqla bench gdn: {option} ")
+
+
+def test_progress_is_plain_lines_where_stdout_is_not_a_terminal(capsys, monkeypatch):
+    """Item 10: piped into a log, rich's bar drew nothing for minutes; bench stream switches to plain lines there."""
+    monkeypatch.setenv("COLUMNS", "120")  # a width, still no terminal (`| tee log` in a terminal)
+    argv = (*TINY, "--iters", "2", "--warmup", "0", "--variants", "torch", "--levels", "kernel", "--modes", "fwd")
+    assert gdn.main(parse(*argv)) == 0
+    assert "[1/1] kernel 16+16 1/2 fwd torch:" in capsys.readouterr().out
+
+
+def test_inputs_that_do_not_fit_are_error_rows_not_an_internal_error(tmp_path):
+    """Item 19: out of memory while building a group's inputs ended the run as `unexpected RuntimeError`.
+
+    The process may map 6 GiB; the inputs (about 8 GiB) fit in the memory the machine has, so they pass
+    the check up front and fail to allocate, as they would where another process took the memory meanwhile.
+    """
+    import resource
+
+    from slime_flashqla.bench.options import available_memory
+
+    tokens = 1_400_000  # q, k, v, g, beta and the gradient of 2/4 heads, K = V = 128, float32: ~8.4 GiB
+    if (available_memory() or 0) < 12 * 2**30:
+        pytest.skip("needs 12 GiB of available memory for the inputs to pass the check up front")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
+
+    argv = ["--device", "cpu", "--variants", "torch,torch-repeat", "--levels", "kernel", "--modes", "fwd",
+            "--shapes", str(tokens), "--heads", "2/4", "--iters", "1", "--warmup", "0", "--plain"]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "slime_flashqla", "bench", "gdn", *argv],
+        capture_output=True, text=True, timeout=300, preexec_fn=limit,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == ["bench gdn: 2 row(s) failed; see the ERROR notes"], done.stderr
+    errors = [line for line in done.stdout.splitlines() if "ERROR" in line and "allocate" in line]
+    assert len(errors) == 2 and all("building the inputs" in line for line in errors), done.stdout
 
 
 def test_the_plot_format_follows_the_name(tmp_path, capsys):

@@ -61,9 +61,56 @@ def test_json_report_on_a_machine_without_gpu(report):
 
 @pytest.mark.skipif(not NO_GPU, reason="describes a machine without a GPU")
 def test_require_flashqla_fails_without_gpu():
+    """Item 14: the verdict was on stdout, so `doctor --require flashqla > /dev/null` said nothing in a job log."""
     result = cli("doctor", "--require", "flashqla")
     assert result.returncode == 1
-    assert "REQUIREMENT NOT MET: FlashQLA is not usable for training" in result.stdout
+    assert "REQUIREMENT NOT MET: FlashQLA is not usable for training" in result.stderr
+    assert "REQUIREMENT NOT MET" not in result.stdout
+
+
+def _doctor(*args, **env):
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "slime_flashqla", "doctor", *args],
+        capture_output=True, text=True, timeout=300, env={**os.environ, **env},
+    )  # fmt: skip
+
+
+INVALID = {"SLIME_FLASHQLA_SLIME": "off", "SLIME_FLASHQLA_COMM_CHECK": "never"}
+
+
+def test_settings_the_integration_refuses_are_warnings():
+    """Item 13: invalid values showed as `invalid: ...` rows with no WARNING, `warnings: []`, exit 0."""
+    report = json.loads(_doctor("--json", **INVALID).stdout)
+    warned = " ".join(report["warnings"])
+    assert "$SLIME_FLASHQLA_SLIME is 'off'" in warned and "$SLIME_FLASHQLA_COMM_CHECK is 'never'" in warned
+    table = _doctor(**INVALID, COLUMNS="400")
+    assert table.returncode == 0
+    warnings = [line for line in table.stdout.splitlines() if "WARNING" in line]
+    assert any("SLIME_FLASHQLA_SLIME" in line for line in warnings), table.stdout
+    assert any("SLIME_FLASHQLA_COMM_CHECK" in line for line in warnings), table.stdout
+
+
+def test_require_is_not_met_while_a_setting_is_refused():
+    """Item 13: `--require` passed although every slime actor would refuse the settings."""
+    result = _doctor("--json", "--require", "fla", "--require", "flashqla", **INVALID)
+    assert result.returncode == 1
+    unmet = " ".join(json.loads(result.stdout)["unmet_requirements"])
+    assert "$SLIME_FLASHQLA_SLIME is 'off'" in unmet and "$SLIME_FLASHQLA_COMM_CHECK is 'never'" in unmet
+    assert "$SLIME_FLASHQLA_SLIME is 'off'" in _doctor("--require", "fla", **INVALID).stderr
+
+
+@pytest.mark.slime
+def test_switched_off_the_integration_replaces_nothing(slime_source):
+    """Item 13: with SLIME_FLASHQLA_SLIME=0 doctor listed the four replacements install() then does not make."""
+    off = _doctor(SLIME_SOURCE=str(slime_source), SLIME_FLASHQLA_SLIME="0", COLUMNS="400").stdout
+    assert "none (switched off)" in off
+    assert "Qwen3NextGatedDeltaNet ->" not in off
+    on = _doctor(SLIME_SOURCE=str(slime_source), SLIME_FLASHQLA_SLIME="1", COLUMNS="400").stdout
+    assert "none (switched off)" not in on and "Qwen3NextGatedDeltaNet ->" in on
+    report = json.loads(_doctor("--json", SLIME_SOURCE=str(slime_source), SLIME_FLASHQLA_SLIME="0").stdout)
+    assert report["slime"]["would_replace"] == {}
 
 
 def test_table_output_names_the_auto_choice():
@@ -82,6 +129,18 @@ def test_tilelang_cache_dir_follows_the_environment(tmp_path):
         env={**__import__("os").environ, "TILELANG_CACHE_DIR": str(tmp_path)},
     )
     assert json.loads(result.stdout)["tilelang_cache_dir"] == str(tmp_path)
+
+
+def test_check_json_is_the_doctor_report_and_the_check():
+    """Item 28: `check` was the one report without --json."""
+    result = cli("check", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["doctor"]["torch"] == torch.__version__ and "backends" in report["doctor"]
+    check = report["check"]
+    assert check["ok"] is True and check["problems"] == [] and check["result"] == "OK"
+    assert check["backend"] in ("torch", "fla", "flashqla") and check["forward_ms"] > 0 and check["backward_ms"] > 0
+    assert {"reason", "device", "shape", "parity"} <= set(check)
 
 
 def test_check_runs_a_layer_forward_and_backward():

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import resource
+import selectors
+import signal
+import socket
 import statistics
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 
 from slime_flashqla import cli
@@ -57,7 +64,12 @@ def test_bench_comm_gloo_two_ranks(tmp_path, monkeypatch, capfd):
     assert "latency (gloo, 2 ranks)" in printed.out and "back-to-back (gloo, 2 ranks)" in printed.out
     assert re.search(r"all_reduce\W+4 KiB", printed.out) and "first-use, steady state" in printed.out
     assert "[Gloo]" not in printed.out + printed.err
+    # Item 27: the A/A spread (the unwrapped call against itself) is the run's resolution, and it is said.
+    again = [row["ratio"][mode][comm.AGAIN] for row in report["rows"] for mode in comm.MODES]
+    assert report["meta"]["aa_spread"] == {"low": min(again), "high": max(again)}
+    assert f"A/A: {min(again):.2f}x to {max(again):.2f}x" in printed.out
     table = markdown.read_text()
+    assert f"A/A: {min(again):.2f}x to {max(again):.2f}x" in table
     assert "| all_reduce | 4 KiB |" in table
     assert "latency:" in table and "back-to-back:" in table
     assert "| first-use, steady state |" in table
@@ -109,8 +121,6 @@ def test_bench_cli_dispatches_by_name():
 @pytest.mark.parametrize("kind", ["directory", "fifo", "missing folder"])
 def test_an_unusable_output_path_is_refused_before_any_rank_starts(tmp_path, capfd, kind):
     """--json/--markdown are checked first (a FIFO once hung the run after it, a folder failed it at the end)."""
-    import os
-
     target = tmp_path / "out.json"
     if kind == "directory":
         target.mkdir()
@@ -123,3 +133,274 @@ def test_an_unusable_output_path_is_refused_before_any_rank_starts(tmp_path, cap
         assert cli.main(["bench", "comm", *argv, option, str(target)]) == 2
         err = capfd.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"slime-flashqla bench comm: {option}"), err
+
+
+# ---------------------------------------------------------------- bounds, checked before any rank starts (issue 34)
+
+
+def _comm_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="slime-flashqla")
+    bench_cli.register(parser.add_subparsers(dest="command"))
+    return parser
+
+
+@pytest.mark.parametrize("size", ["infK", "1e400K", "1e30G", "17G", "1e12"])
+def test_a_size_out_of_bounds_is_a_usage_error_not_a_traceback(size, capsys):
+    """ND19/ND20: `infK` raised OverflowError past argparse (a traceback); sizes had no upper bound."""
+    with pytest.raises(SystemExit) as raised:
+        _comm_parser().parse_args(["bench", "comm", "--sizes", size])
+    assert raised.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("slime-flashqla bench comm: error: argument --sizes: size") and size.upper() in err[-1]
+    assert "16 GiB" in err[-1] or "use bytes" in err[-1]
+
+
+def _cli(*argv, env=None, **popen) -> subprocess.Popen:
+    """The CLI in a process group of its own, so that a test can stop every process it started."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "slime_flashqla", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+        **popen,
+    )
+
+
+def _finish(process: subprocess.Popen, timeout: float) -> tuple[int | None, str, str]:
+    """Its exit status, stdout and stderr; None where it ran past `timeout` (then its whole group is killed)."""
+    try:
+        out, err = process.communicate(timeout=timeout)
+        return process.returncode, out, err
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        return None, out, err
+
+
+def _without_launcher_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT")}
+
+
+def _ranks_beyond_memory() -> list[str]:
+    """Enough ranks with a 16 GiB message that they cannot fit in this machine's available memory."""
+    from slime_flashqla.bench.options import available_memory
+
+    available = available_memory()
+    if available is None:
+        pytest.skip("this machine does not say how much memory is available (/proc/meminfo)")
+    ranks = max(2, available // (3 * 16 * 2**30) + 1)  # each rank holds up to three buffers of the size
+    if ranks > 64:
+        pytest.skip(f"{available / 2**30:.0f} GiB available: 64 ranks of 16 GiB messages fit")
+    return ["--nproc", str(ranks), "--sizes", "16G", "--ops", "all_reduce"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--nproc", "65", "--ops", "barrier"], "--nproc must be <= 64"),
+        (["--nproc", "3", "--ops", "isend+irecv"], "world size 3 is odd"),
+        (_ranks_beyond_memory, "GiB of memory"),
+    ],
+)
+def test_what_the_parent_can_know_is_refused_before_any_rank_starts(argv, words):
+    """Issue 35 item 2, ND20, ND21: no bound forked ranks until memory ran out; an odd world started 3 ranks first.
+
+    Run under an 8 GiB address-space limit, as the probe ran it, so that a regression fails here
+    instead of exhausting the machine; the process group is killed at the deadline.
+    """
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (8 * 2**30, 8 * 2**30))
+
+    argv = argv() if callable(argv) else argv
+    process = _cli("bench", "comm", "--backend", "gloo", "--rounds", "1", *argv, env=_without_launcher_env(),
+                   preexec_fn=limit)  # fmt: skip
+    code, out, err = _finish(process, timeout=30)
+    assert code == 2, (code, err[-2000:])
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("slime-flashqla bench comm: ") and words in lines[0], lines
+    assert out == ""
+
+
+# ---------------------------------------------------------------- a launcher's environment (ND3)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launcher_env() -> dict:
+    """A stale torchrun shell or a PyTorchJob pod: WORLD_SIZE and friends, and no peer that will ever come."""
+    return {**_without_launcher_env(), "WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(_free_port())}  # fmt: skip
+
+
+def _wait_for(process: subprocess.Popen, condition, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None or time.monotonic() > deadline:
+            code, out, err = _finish(process, timeout=5)
+            pytest.fail(f"never got there: exit {code}, stdout {out[-500:]!r}, stderr {err[-2000:]!r}")
+        time.sleep(0.05)
+
+
+def _stderr_line(process: subprocess.Popen, words: str, timeout: float = 60) -> str:
+    """Read stderr until a line holding `words` arrives (the process must still be running)."""
+    selector = selectors.DefaultSelector()
+    selector.register(process.stderr, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        if selector.select(timeout=0.5):
+            line = process.stderr.readline()
+            seen.append(line)
+            if words in line:
+                return line
+            if not line:
+                break
+    code, _, err = _finish(process, timeout=5)
+    pytest.fail(f"no stderr line with {words!r}: exit {code}, stderr {''.join(seen) + err!r}")
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    ("signum", "code", "word"), [("SIGTERM", 143, "terminated (SIGTERM)"), ("SIGINT", 130, "interrupted")]
+)
+def test_a_launcher_environment_says_it_waits_and_a_signal_stops_the_wait(signum, code, word):
+    """ND3: WORLD_SIZE in the environment waited silently for a peer, and neither SIGTERM nor Ctrl-C ended it."""
+    process = _cli("bench", "comm", "--backend", "gloo", "--ops", "barrier", env=_launcher_env())
+    waiting = _stderr_line(process, "waiting")
+    assert "WORLD_SIZE=2" in waiting and "unset WORLD_SIZE" in waiting, waiting
+    process.send_signal(getattr(signal, signum))
+    status, out, err = _finish(process, timeout=20)
+    assert status == code, (status, err)
+    assert err.strip().splitlines() == [f"slime-flashqla bench comm: {word}"], err
+    assert out == ""
+
+
+@pytest.mark.distributed
+def test_a_launcher_environment_without_peers_ends_after_the_rendezvous_timeout():
+    process = _cli("bench", "comm", "--backend", "gloo", "--ops", "barrier", "--rendezvous-timeout", "2",
+                   env=_launcher_env())  # fmt: skip
+    status, _, err = _finish(process, timeout=60)
+    assert status == 2, (status, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and "waiting" in lines[0], lines
+    assert lines[1].startswith("slime-flashqla bench comm: ") and "within 2 s" in lines[1], lines
+    assert "unset WORLD_SIZE" in lines[1]
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"WORLD_SIZE": "2"}, "RANK"),
+        ({"WORLD_SIZE": "two", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}, "WORLD_SIZE"),
+        ({"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}, "peers"),
+        ({"WORLD_SIZE": "3", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}, "world size 3 is odd"),
+    ],
+)
+def test_an_unusable_launcher_environment_is_one_line(env, words):
+    argv = ["bench", "comm", "--backend", "gloo", "--ops", "isend+irecv", "--rendezvous-timeout", "1"]
+    process = _cli(*argv, env={**_without_launcher_env(), **env})
+    status, _, err = _finish(process, timeout=60)
+    assert status == 2, (status, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], lines
+
+
+# ---------------------------------------------------------------- signals to --nproc runs (ND23, issue 35 items 2-3)
+
+
+def _ranks_of(process: subprocess.Popen) -> list:
+    try:
+        return psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _long_run(tmp_path) -> tuple[subprocess.Popen, list]:
+    """`bench comm --nproc 2` in the middle of its timed rounds, with its two ranks."""
+    out = tmp_path / "comm.json"
+    argv = ["bench", "comm", "--backend", "gloo", "--nproc", "2", "--ops", "all_reduce", "--sizes", "4K",
+            "--rounds", "100000", "--json", str(out)]  # fmt: skip
+    process = _cli(*argv, env=_without_launcher_env(), cwd=tmp_path)
+    _wait_for(process, lambda: len(_ranks_of(process)) == 2)
+    ranks = _ranks_of(process)
+    time.sleep(3)  # connected and timing
+    assert process.poll() is None
+    return process, ranks
+
+
+def _gone(ranks, timeout: float = 15) -> bool:
+    _, alive = psutil.wait_procs(ranks, timeout=timeout)
+    return not alive
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("to", ["parent", "group"])
+def test_sigterm_stops_the_ranks_writes_nothing_and_says_one_line(tmp_path, to):
+    """ND23 / item 3: the ranks ran the whole benchmark after the parent's SIGTERM; a group SIGTERM gave tracebacks."""
+    process, ranks = _long_run(tmp_path)
+    if to == "parent":
+        process.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(process.pid, signal.SIGTERM)
+    status, out, err = _finish(process, timeout=30)
+    assert status == 143, (status, err[-3000:])
+    assert err.strip().splitlines()[-1:] == ["slime-flashqla bench comm: terminated (SIGTERM)"], err[-3000:]
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err[-3000:]
+    assert _gone(ranks), [r.pid for r in ranks]
+    assert out == "" and list(tmp_path.iterdir()) == [], "no table printed, nothing written, no temp file left"
+
+
+@pytest.mark.distributed
+def test_ctrl_c_to_the_group_stops_every_rank_with_one_line(tmp_path):
+    process, ranks = _long_run(tmp_path)
+    os.killpg(process.pid, signal.SIGINT)
+    status, out, err = _finish(process, timeout=30)
+    assert status == 130, (status, err[-3000:])
+    assert err.strip().splitlines() == ["slime-flashqla bench comm: interrupted"], err[-3000:]
+    assert _gone(ranks)
+    assert out == "" and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.distributed
+def test_the_ranks_do_not_outlive_a_killed_parent(tmp_path):
+    """Item 2: after the parent went, 162 ranks lived on as orphans holding the machine's memory."""
+    process, ranks = _long_run(tmp_path)
+    process.send_signal(signal.SIGKILL)
+    _finish(process, timeout=30)
+    assert _gone(ranks), [r.pid for r in ranks]
+
+
+def test_the_aa_note_says_when_the_ratios_are_noise():
+    """Item 27: on a busy CPU the A/A column read 0.32x-3.64x and nothing said every other ratio was noise."""
+    wide = comm.resolution_note({"low": 0.32, "high": 3.64})
+    assert wide.startswith("A/A: 0.32x to 3.64x") and "cannot be told from noise" in wide
+    narrow = comm.resolution_note({"low": 0.99, "high": 1.02})
+    assert narrow.startswith("A/A: 0.99x to 1.02x") and "cannot be told from noise" not in narrow
+    assert "resolution" in narrow
+
+
+@pytest.mark.distributed
+def test_a_rank_that_fails_is_one_line_naming_its_error():
+    """CL4: a rank out of memory was `unexpected ProcessRaisedException: ... Traceback ...` squeezed into one line.
+
+    Each process may map 4 GiB here: two ranks pass the memory check, and a rank's 2 GiB buffers do not fit.
+    """
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30))
+
+    argv = ["bench", "comm", "--backend", "gloo", "--nproc", "2", "--ops", "all_to_all_single", "--sizes", "2G",
+            "--rounds", "1", "--iters-large", "1", "--warmup", "0"]  # fmt: skip
+    code, out, err = _finish(_cli(*argv, env=_without_launcher_env(), preexec_fn=limit), timeout=120)
+    assert code == 1, (code, err[-2000:])
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "can't allocate memory" in lines[0], lines
+    assert "Traceback" not in lines[0] and "ProcessRaisedException" not in lines[0]

@@ -66,3 +66,61 @@ def test_a_tp_that_is_not_a_list_of_sizes_is_named(tp):
     with pytest.raises(ValueError, match=r"--tp .*: give a comma list of tensor-parallel sizes"):
         model_rank_heads(["qwen3-next-80b-a3b"], tp)
     assert model_rank_heads(["qwen3-next-80b-a3b"], "1, 2") == [HeadConfig(16, 32), HeadConfig(8, 16)]
+
+
+def test_a_config_nested_too_deeply_is_refused_in_one_line(tmp_path):
+    """ND22: `[` * 100000 gave `unexpected RecursionError` from json (the manifest got this fix, --model did not)."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000)
+    with pytest.raises(ValueError, match=r"deep.json is not valid JSON \(nested too deeply\)"):
+        model_heads(str(path))
+
+
+def test_a_config_too_large_to_be_one_is_refused_unread(tmp_path):
+    path = tmp_path / "config.json"
+    with open(path, "wb") as handle:
+        handle.truncate(64 * 2**20)  # sparse: a 64 MiB file of zeros
+    with pytest.raises(ValueError, match=r"64 MiB: a model's config.json is at most 16 MiB"):
+        model_heads(str(path))
+
+
+def test_a_checkpoint_folder_is_read_through_its_config_json(tmp_path):
+    """Item 18: a folder said `unknown model`; a checkpoint folder holds the config.json meant."""
+    (tmp_path / "config.json").write_text(json.dumps({"linear_num_key_heads": 16, "linear_num_value_heads": 32}))
+    assert model_heads(str(tmp_path)) == HeadConfig(16, 32)
+    assert model_heads(f"{tmp_path}/") == HeadConfig(16, 32)
+
+
+def test_a_folder_without_config_json_and_a_missing_file_say_so(tmp_path):
+    with pytest.raises(ValueError, match=r"is a directory without config.json: pass the model's config.json"):
+        model_heads(str(tmp_path))
+    with pytest.raises(ValueError, match=r"/nonexistent/config.json: no such file"):
+        model_heads("/nonexistent/config.json")
+    with pytest.raises(ValueError, match=r"unknown model 'qwen3-next': use one of qwen3-next-80b-a3b, "):
+        model_heads("qwen3-next")  # a name, not a path: the names are listed
+
+
+@pytest.mark.parametrize("counts", [(10**12, 2 * 10**12), (1024, 2048), (2048, 2048)])
+def test_head_counts_have_a_stated_upper_bound(tmp_path, counts):
+    """ND20: 10**12 heads were accepted and failed late (a failed worker row, an allocation error)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"linear_num_key_heads": counts[0], "linear_num_value_heads": counts[1]}))
+    with pytest.raises(ValueError, match="at most 1024 value heads"):
+        model_heads(str(path))
+    with pytest.raises(ValueError, match="at most 1024 value heads"):
+        parse_head_config(f"{counts[0]}/{counts[1]}")
+    assert parse_head_config("512/1024") == HeadConfig(512, 1024)
+
+
+def test_warmup_refuses_a_deeply_nested_model_in_one_line(tmp_path):
+    """ND22 as the probe ran it: `warmup --model deep.json` ended `unexpected RecursionError`, exit 1."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000)
+    done = subprocess.run(
+        [sys.executable, "-m", "slime_flashqla", "warmup", "--model", str(path), "--backends", "torch",
+         "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    output = (done.stdout + done.stderr).strip().splitlines()
+    assert len(output) == 1 and "nested too deeply" in output[0], output

@@ -49,8 +49,10 @@ def slime_report() -> dict:
     elif report["source_problem"] is None:
         report["source_problem"] = f"not found: set ${SOURCE_ENV} to a slime checkout, or put slime on PYTHONPATH"
     report["importable_from"] = _importable_slime()
+    switched_on: bool | None = None  # None: a value install() refuses
     try:
-        report["switch"] = f"on (${SWITCH_ENV} unset or 1)" if enabled() else f"off (${SWITCH_ENV}=0)"
+        switched_on = enabled()
+        report["switch"] = f"on (${SWITCH_ENV} unset or 1)" if switched_on else f"off (${SWITCH_ENV}=0)"
     except ValueError as error:
         report["switch"] = f"invalid: {error}"
     try:
@@ -59,7 +61,9 @@ def slime_report() -> dict:
         report["policy"] = f"invalid: {error}"
     report["policy_from"] = f"${ENV_VAR}" if os.environ.get(ENV_VAR) else "default"
     found = {module: bool(root and _module_file(root, module)) for module in PLAN}
-    report["would_replace"] = {module: {"change": change, "found": found[module]} for module, change in PLAN.items()}
+    report["switched_off"] = switched_on is False  # install() then replaces nothing
+    plan = {} if report["switched_off"] else PLAN
+    report["would_replace"] = {module: {"change": change, "found": found[module]} for module, change in plan.items()}
     here = active()
     report["active_here"] = here.describe() if here else None
     report["live_check"] = LIVE_CHECK
@@ -82,7 +86,9 @@ def slime_rows(section: dict) -> list[tuple[str, str]]:
         ("slime integration", section["switch"]),
         ("slime comm check policy", f"{section['policy']} ({section['policy_from']})"),
     ]
-    if section["source"]:
+    if section["source"] and section.get("switched_off"):
+        rows.append(("slime replacements", "none (switched off)"))
+    elif section["source"]:
         for module, plan in section["would_replace"].items():
             rows.append((f"slime {module}", plan["change"] + ("" if plan["found"] else " (not in this slime)")))
     here = section["active_here"] or f"not installed in this process; to check {section['live_check']}"
