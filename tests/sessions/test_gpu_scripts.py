@@ -7,6 +7,7 @@ checkout; Ctrl-C or SIGTERM ends the whole script, the stage that runs and every
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,7 +24,7 @@ no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible"
 
 
 def shadow(folder: Path, **modules: str) -> Path:
-    """A folder of stand-in top-level modules (name -> source) that hide the installed ones when put first on PYTHONPATH."""
+    """A folder of stand-in modules (name -> source): first on PYTHONPATH, they hide the installed ones."""
     folder.mkdir(exist_ok=True)
     for name, source in modules.items():
         (folder / f"{name}.py").write_text(source)
@@ -147,10 +148,8 @@ def session_processes(sid: int) -> list[int]:
 def end_session(sid: int) -> None:
     """SIGKILL to what is left of session `sid` (nothing, where the script behaved)."""
     for pid in session_processes(sid):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 @pytest.mark.slow
