@@ -1,6 +1,6 @@
 """Every documented command that runs on a CPU is run, word for word, so a doc that drifts fails CI.
 
-The rule, for README.md, docs/en/*.md and docs/zh/*.md: a ```bash fence whose line before it
+The rule, for README.md, README.zh.md and every page under docs/: a ```bash fence whose line before it
 (blank lines skipped) is `<!-- doc-test: cpu -->` holds commands a CPU-only machine runs as
 they are written, quickly; this test runs each such fence as one bash script
 (`set -euo pipefail`) in an empty folder and fails when it exits non-zero or when an output it
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs" / "en").glob("*.md")), *sorted((ROOT / "docs" / "zh").glob("*.md"))]
+DOCS = [*sorted(ROOT.glob("README*.md")), *sorted((ROOT / "docs").rglob("*.md"))]
 MARKER = "<!-- doc-test: cpu -->"
 # Set-up lines of the environment this suite already runs in (see the module docstring).
 SETUP = re.compile(r"^(python3? -m venv |\. \S+/bin/activate|source \S+/bin/activate|(python3? -m )?pip install )")
