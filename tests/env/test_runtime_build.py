@@ -78,11 +78,15 @@ def _setuptools_fits() -> bool:
 
 @pytest.mark.skipif(not _setuptools_fits(), reason="this environment's setuptools is not the build requirement's")
 def test_the_wheel_builds_without_a_setuptools_deprecation(tmp_path):
+    # A copy: pip builds in the source tree, which may be read-only (an image) and is not the test's to fill.
+    source = shutil.copytree(
+        ROOT / "runtime", tmp_path / "runtime", ignore=shutil.ignore_patterns("build", "*.egg-info")
+    )
     done = subprocess.run(
         [sys.executable, "-m", "pip", "--isolated", "wheel", "--no-deps", "--no-build-isolation", "-v",
-         "-w", str(tmp_path), str(ROOT / "runtime")],
+         "-w", str(tmp_path / "wheels"), str(source)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert list(tmp_path.glob("slime_flashqla-*.whl"))
+    assert list((tmp_path / "wheels").glob("slime_flashqla-*.whl"))
     assert "Deprecat" not in done.stdout + done.stderr

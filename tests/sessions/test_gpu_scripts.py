@@ -8,6 +8,7 @@ checkout; Ctrl-C or SIGTERM ends the whole script, the stage that runs and every
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import subprocess
@@ -153,6 +154,7 @@ def end_session(sid: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="the stream stages plot: needs matplotlib")
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_to_the_script_ends_the_stage_and_every_later_one(sig, status, tmp_path):
     """SIGINT as Ctrl-C sends it (to the script's process group), SIGTERM to its PID alone, as `kill` does."""
