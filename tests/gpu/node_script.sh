@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the GPU node scripts (validate_node.sh, stream_targets.sh): what they check before their
 # first stage, where their evidence goes, and how a stage runs. The script sets SCRIPT (its name) and
 # PY (the python of the stack) first.

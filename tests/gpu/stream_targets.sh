@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2329 # the stage functions are called through run_stage
 # Issue 13's targets on one GPU, in one run, evidence under OUT_DIR (default: a new folder under $TMPDIR):
 #   warmup        cold `slime-flashqla warmup` of the head configurations the streams run
 #   stream-auto   200-step `auto` layer streams at each of AUTO_HEADS: compiles/autotunes after step 0, stalls
@@ -86,7 +87,7 @@ archive() {
   $PY -m slime_flashqla cache import "$OUT_DIR/kernel-cache.tar" --tilelang-dir "$TILELANG_CACHE_DIR" \
     --triton-dir "$TRITON_CACHE_DIR" || rc=1
   stream "${auto[@]}" --heads "${AUTO_HEADS%%,*}" --json "$OUT_DIR/stream_imported.json" || rc=1
-  return $rc
+  return "$rc"
 }
 
 first_step() {
@@ -100,7 +101,7 @@ first_step() {
       > "$OUT_DIR/first_step_$i.json" || rc=1
     tail -n 1 "$OUT_DIR/first_step_$i.json"
   done
-  return $rc
+  return "$rc"
 }
 
 gpu_tests() {
@@ -113,7 +114,7 @@ gpu_tests() {
     tests/runtime/gdn/test_gpu_qk_l2norm.py tests/runtime/gdn/test_gpu_inputs.py -m gpu -rs -q \
     -p no:cacheprovider ${TESTS_ARGS:-} 2>&1 | tail -n 30 | tee "$OUT_DIR/gpu_tests.log" || rc=1
   $PY -m slime_flashqla check 2>&1 | tail -n 30 | tee "$OUT_DIR/check.log" || rc=1
-  return $rc
+  return "$rc"
 }
 
 fla_floor() {

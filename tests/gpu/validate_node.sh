@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2329 # the stage functions are called through run_stage
 # Validate a GPU node end to end and collect the evidence under OUT_DIR (default: a new folder under
 # $TMPDIR): doctor, a cold kernel-cache warm-up of every TP head configuration, time to the first step
 # with a cold and a warm cache, the gpu test suite, and the GDN benchmark. Needs a GPU, the stack (FLA
@@ -35,7 +36,7 @@ doctor() {
   local rc=0
   $PY -m slime_flashqla doctor --json > "$OUT_DIR/doctor.json" || rc=1
   $PY -m slime_flashqla doctor --require flashqla || rc=1
-  return $rc
+  return "$rc"
 }
 
 first_step() {  # the file's name
@@ -57,7 +58,7 @@ gpu_tests() {
   $PY -m pytest tests -m gpu -rs -s -q -p no:cacheprovider --junitxml="$OUT_DIR/gpu_tests.xml" \
     2>&1 | tee "$OUT_DIR/gpu_tests.log" || rc=1
   $PY -m slime_flashqla check 2>&1 | tee "$OUT_DIR/check.log" || rc=1
-  return $rc
+  return "$rc"
 }
 
 bench() {

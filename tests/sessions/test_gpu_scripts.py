@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -193,3 +194,14 @@ def test_the_gpu_check_scripts_refuse_a_machine_without_a_gpu(name, tmp_path):
         capture_output=True, text=True, timeout=120, env=script_env(tmp_path), cwd=tmp_path,
     )  # fmt: skip
     assert_refused(done, "needs a CUDA GPU")
+
+
+@pytest.mark.skipif(
+    shutil.which("shellcheck") is None, reason="shellcheck not installed (env/conda/check-tools.txt has it)"
+)
+def test_the_scripts_are_shellcheck_clean():
+    scripts = [*SCRIPTS.values(), ROOT / "tests" / "gpu" / "node_script.sh"]
+    done = subprocess.run(
+        ["shellcheck", "-x", *map(str, scripts)], capture_output=True, text=True, cwd=ROOT / "tests" / "gpu"
+    )
+    assert done.returncode == 0, done.stdout
