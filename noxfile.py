@@ -1,8 +1,9 @@
 """Sessions: `nox` runs the default set (what CI runs); `nox -s gpu_tests` checks a GPU node.
 
 Environment knobs:
-  SLIME_FLASHQLA_TORCH          pip requirement for torch in the `tests` venv (default:
-                                whatever `torch>=2.8` resolves to; CI sets a CPU build).
+  SLIME_FLASHQLA_TORCH          pip requirement for torch in the `tests` venv (CI sets one); unset:
+                                the newest CPU build, from PyTorch's CPU index (PyPI's torch of the
+                                same version, with its CUDA wheels, where that index cannot be reached).
   SLIME_FLASHQLA_ALLOW_NO_GPU=1 `gpu_tests` skips, instead of failing, where no GPU is visible.
 """
 
@@ -18,6 +19,9 @@ ROOT = Path(__file__).resolve().parent
 RUNTIME = ROOT / "runtime"
 DEV_TOOLS = ROOT / "env" / "dev-tools.txt"
 LINT_TOOLS = ROOT / "env" / "lint.txt"
+# The CPU suite needs no CUDA: PyPI's Linux torch brings 4 GB of CUDA wheels, this index's `+cpu`
+# build (which pip prefers over PyPI's of the same version) about 200 MB.
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 def _load_images_module():
@@ -51,6 +55,9 @@ def install_runtime(session: nox.Session, *extras: str) -> None:
     torch_spec = os.environ.get("SLIME_FLASHQLA_TORCH")
     if torch_spec:
         session.install(torch_spec)
+    else:
+        # An extra index, not the only one: where it cannot be reached, PyPI's torch still installs.
+        session.install("--extra-index-url", CPU_TORCH_INDEX, "torch")
     extra = f"[{','.join(extras)}]" if extras else ""
     session.install("-r", str(DEV_TOOLS), "-e", f"{RUNTIME}{extra}")
 

@@ -130,7 +130,7 @@ def test_package_tests_present(recipe):
 
 def test_license_file_shipped(recipe, pyproject):
     about = recipe["about"]
-    assert about["license"] == pyproject["project"]["license"]["text"] == "MIT"
+    assert about["license"] == pyproject["project"]["license"] == "MIT"
     source = RECIPE_DIR / recipe["source"]["path"]
     assert (source / about["license_file"]).is_file()
     assert about["summary"]

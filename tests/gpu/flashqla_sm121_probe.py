@@ -14,8 +14,8 @@ so each case patches that function before `import flash_qla`, in a fresh child p
 
 No kernel is compiled or launched. Prints one JSON line; exits 0 when what ran agrees with the
 support table (runtime/slime_flashqla/gdn/flashqla_support.py) for the installed flash-qla, 1 when
-it does not (upstream changed: re-read the wheel and update the table), 2 when flash-qla or TileLang
-is missing.
+it does not (upstream changed: re-read the wheel and update the table), 2 when no GPU is visible or
+flash-qla or TileLang is missing.
 """
 
 from __future__ import annotations
@@ -124,6 +124,13 @@ def agreement(cases: dict, flashqla: str) -> list[str]:
     return found
 
 
+def gpu_visible() -> bool:
+    """Whether torch sees a CUDA GPU here."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
@@ -131,6 +138,11 @@ def main() -> int:
     if args.child:
         print("CASE " + json.dumps(run_child(args.child)), flush=True)
         return 0
+    if not gpu_visible():
+        # The cases report the missing driver, not the compute version: a false disagreement.
+        print("flashqla_sm121_probe.py needs a CUDA GPU (torch.cuda.is_available() is False): run it on a GPU node",
+              file=sys.stderr)  # fmt: skip
+        return 2
     versions = {}
     for dist in ("flash-qla", "tilelang", "torch", "apache-tvm-ffi"):
         try:

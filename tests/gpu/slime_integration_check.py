@@ -12,7 +12,8 @@ integration; then the integration is installed and the class slime's `Attention`
 `--qwen-gdn-backend auto`. Both are cast to bf16 as Megatron's Float16Module does, hold the same
 weights (loaded by name), and run forward+backward on one packed batch with one output gradient.
 Output, input gradient and every parameter gradient are compared (relative L2 error). Prints one
-JSON line; exits 1 where a comparison is over its bound or `auto` did not run FlashQLA.
+JSON line; exits 1 where a comparison is over its bound or `auto` did not run FlashQLA, 2 where no GPU
+is visible.
 """
 
 from __future__ import annotations
@@ -105,6 +106,11 @@ def main() -> int:
     parser.add_argument("--heads", default="16/32")
     parser.add_argument("--hidden", type=int, default=2048)
     args = parser.parse_args()
+    if not torch.cuda.is_available():
+        # Without it the layers fail deep in TileLang or FlashQLA with a traceback, not a verdict.
+        print("slime_integration_check.py needs a CUDA GPU (torch.cuda.is_available() is False): run it on a GPU node",
+              file=sys.stderr)  # fmt: skip
+        return 2
     started = time.perf_counter()
     key_heads, value_heads = (int(h) for h in args.heads.split("/"))
     lengths = [int(n) for n in args.pack.split("+")]

@@ -36,3 +36,8 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """The public names too, before their first use: what tab completion lists."""
+    return sorted({*globals(), *_HOMES})
