@@ -34,10 +34,11 @@ def known_problems(report: dict) -> list[str]:
 def setting_problems() -> list[str]:
     """The package's environment settings that the slime integration refuses, each in the words it refuses them."""
     from slime_flashqla.comm_guard.policy import resolve_policy
+    from slime_flashqla.integrations.slime.gdn import split_enabled
     from slime_flashqla.integrations.slime.install import enabled
 
     problems = []
-    for check in (enabled, lambda: resolve_policy(None)):
+    for check in (enabled, lambda: resolve_policy(None), split_enabled):
         try:
             check()
         except ValueError as error:

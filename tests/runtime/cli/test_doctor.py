@@ -243,3 +243,15 @@ def test_doctor_reports_what_the_installed_flashqla_release_runs(tmp_path, relea
         [sys.executable, "-m", "slime_flashqla", "doctor"], capture_output=True, text=True, timeout=300, env=wide
     ).stdout
     assert any("FlashQLA support" in row and line in row for row in table.splitlines()), table
+
+
+def test_doctor_says_how_slime_s_gdn_layers_split_and_warns_on_a_bad_switch():
+    """Issue 30: doctor and the integration's log line say how GDN is split; a value install() refuses is a WARNING."""
+    on = json.loads(_doctor("--json").stdout)["slime"]["gdn_split"]
+    assert on.startswith("on ($SLIME_FLASHQLA_GDN_SPLIT unset or 1): heads over TP x CP")
+    off = json.loads(_doctor("--json", SLIME_FLASHQLA_GDN_SPLIT="0").stdout)["slime"]["gdn_split"]
+    assert off.startswith("off ($SLIME_FLASHQLA_GDN_SPLIT=0): slime's own wrapper")
+    bad = _doctor("--json", SLIME_FLASHQLA_GDN_SPLIT="maybe")
+    report = json.loads(bad.stdout)
+    assert report["slime"]["gdn_split"].startswith("invalid: $SLIME_FLASHQLA_GDN_SPLIT is 'maybe'")
+    assert any("$SLIME_FLASHQLA_GDN_SPLIT is 'maybe'" in w for w in report["warnings"])

@@ -338,3 +338,12 @@ def test_the_off_switch_brings_slime_s_wrapper_back_and_names_stay(slime_source,
     monkeypatch.setenv(gdn.SPLIT_ENV, "yes")
     with pytest.raises(ValueError, match="SLIME_FLASHQLA_GDN_SPLIT is 'yes': set 1"):
         gdn.split_enabled()
+
+
+def test_install_refuses_a_bad_split_switch_before_touching_slime(monkeypatch):
+    from slime_flashqla.integrations.slime import active, gdn, install
+
+    monkeypatch.setenv(gdn.SPLIT_ENV, "maybe")
+    with pytest.raises(ValueError, match="SLIME_FLASHQLA_GDN_SPLIT is 'maybe'"):
+        install(policy="off")
+    assert active() is None

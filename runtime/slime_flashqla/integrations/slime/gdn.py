@@ -33,7 +33,21 @@ FACTORY = "get_chunk_gated_delta_rule"
 ATTENTION = "Attention"
 HF_ATTENTION_MODULE = "slime_plugins.models.hf_attention"
 SPLIT_ENV = "SLIME_FLASHQLA_GDN_SPLIT"
+ATTENTION_PLAN = (
+    f"Attention -> slime_flashqla.integrations.slime.gdn.Attention (each rank computes its TP x CP share; "
+    f"${SPLIT_ENV}=0 keeps slime's)"
+)
 logger = logging.getLogger("slime_flashqla.integrations.slime")
+
+
+def split_summary() -> str:
+    """How slime's GDN layers split across ranks under the current $SLIME_FLASHQLA_GDN_SPLIT (for doctor)."""
+    if not split_enabled():
+        return f"off (${SPLIT_ENV}=0): slime's own wrapper, every rank runs the whole layer (and its CP gradient fault)"
+    return (
+        f"on (${SPLIT_ENV} unset or 1): heads over TP x CP (head-parallel CP by all-to-all), each rank's kernel runs "
+        "Hk/(TP*CP), Hv/(TP*CP) heads on whole sequences; parameters whole (docs/en/slime.md)"
+    )
 
 
 def split_enabled() -> bool:

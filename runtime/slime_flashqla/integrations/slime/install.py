@@ -28,11 +28,11 @@ PLAN = {
     gdn.BACKEND_MODULE: "get_chunk_gated_delta_rule -> slime_flashqla.gdn's (auto, flashqla, fla, torch)",
     gdn.QWEN3_NEXT_MODULE: (
         "Qwen3NextGatedDeltaNet -> slime_flashqla.integrations.slime.gdn.Qwen3NextGatedDeltaNet; "
-        "get_chunk_gated_delta_rule -> slime_flashqla.gdn's"
+        "get_chunk_gated_delta_rule -> slime_flashqla.gdn's; " + gdn.ATTENTION_PLAN
     ),
     gdn.QWEN3_5_MODULE: (
         "Qwen3_5GatedDeltaNet -> slime_flashqla.integrations.slime.gdn.Qwen3_5GatedDeltaNet; "
-        "get_chunk_gated_delta_rule -> slime_flashqla.gdn's"
+        "get_chunk_gated_delta_rule -> slime_flashqla.gdn's; " + gdn.ATTENTION_PLAN
     ),
     comm.RPG_MODULE: (
         "_wrap_low_level_call -> slime's own without its available_memory() check, the comm guard's policy deciding; "
@@ -116,6 +116,7 @@ def install(policy: str | None = None, threshold_gb: float = DEFAULT_THRESHOLD_G
             logger.info("slime-flashqla slime integration not installed: $%s=0", SWITCH_ENV)
             return None
         settings = Settings.checked(policy, threshold_gb, probe)  # before anything is touched
+        gdn.split_enabled()  # a bad $SLIME_FLASHQLA_GDN_SPLIT is refused here, not inside slime's import
         current = active()
         if current is not None:
             return current

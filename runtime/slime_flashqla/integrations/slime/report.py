@@ -35,6 +35,7 @@ def _importable_slime() -> str | None:
 def slime_report() -> dict:
     """The slime section of the doctor report, as JSON-ready data."""
     from slime_flashqla.comm_guard.policy import ENV_VAR, resolve_policy
+    from slime_flashqla.integrations.slime import gdn
     from slime_flashqla.integrations.slime.install import PLAN, SWITCH_ENV, active, enabled
     from slime_flashqla.integrations.slime.source import SOURCE_ENV, SlimeSourceError, slime_source
 
@@ -55,6 +56,10 @@ def slime_report() -> dict:
         report["switch"] = f"on (${SWITCH_ENV} unset or 1)" if switched_on else f"off (${SWITCH_ENV}=0)"
     except ValueError as error:
         report["switch"] = f"invalid: {error}"
+    try:
+        report["gdn_split"] = gdn.split_summary()
+    except ValueError as error:
+        report["gdn_split"] = f"invalid: {error}"
     try:
         report["policy"] = resolve_policy(None)
     except ValueError as error:
@@ -84,6 +89,7 @@ def slime_rows(section: dict) -> list[tuple[str, str]]:
             "PYTHONPATH (the --spec functions import it from $SLIME_SOURCE)",
         ),
         ("slime integration", section["switch"]),
+        ("slime GDN split", section["gdn_split"]),
         ("slime comm check policy", f"{section['policy']} ({section['policy_from']})"),
     ]
     if section["source"] and section.get("switched_off"):
