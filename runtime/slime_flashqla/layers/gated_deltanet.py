@@ -215,15 +215,15 @@ class _GatedDeltaNetBase(nn.Module):
             )
         if cu_seqlens is not None and hidden_states.shape[0] != 1:
             raise ValueError(f"with cu_seqlens hidden_states must be packed as B == 1, got B={hidden_states.shape[0]}")
-        if hidden_states.is_meta or hidden_states.numel() == 0:
-            # What the kernel API gives for them: shape-only (meta) or empty outputs, the graph kept.
-            return hidden_states.mul(0)
         layout = None
         if self.cp.size > 1 or cu_seqlens is not None:
             # Checked before the first collective (TP's gather, CP's all-to-all): every rank refuses
             # the same pack the same way, so none is left waiting. The conv reads cu_seqlens before
             # the kernel does, so both get the copy of the checked values (gdn/cu_seqlens.py says why).
             cu_seqlens, layout = self._checked_pack(hidden_states, cu_seqlens)
+        if hidden_states.is_meta or hidden_states.numel() == 0:
+            # What the kernel API gives for them: shape-only (meta) or empty outputs, the graph kept.
+            return hidden_states.mul(0)
         hidden_states = self.tp.enter(hidden_states)
         batch, tokens, _ = hidden_states.shape
         query, key, value, z, b, a = self._mix(hidden_states, cu_seqlens, layout)
