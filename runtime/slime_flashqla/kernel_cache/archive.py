@@ -15,10 +15,10 @@ hash, and publishes into the live cache the way the libraries themselves do:
   kernel's other files and is what makes Triton treat the kernel as cached.
 
 The staging directory sits at the top of the destination cache, so every rename stays on
-one filesystem; importers hold an exclusive file lock on each distinct destination directory
-while they stage and publish. Nothing is written through a symbolic link already in the cache,
-and SIGTERM removes the staging directory as Ctrl-C does (a SIGKILLed importer's is removed by
-the next import). The export is written beside its path and renamed into place
+one filesystem; importers hold an exclusive file lock (files/lock.py) on each distinct destination
+directory while they stage and publish. Nothing is written through a symbolic link already in the
+cache, the lock included, and SIGTERM removes the staging directory as Ctrl-C does (a SIGKILLed
+importer's is removed by the next import). The export is written beside its path and renamed into place
 (files/output_paths.py): onto a regular file or nothing, never onto a device, FIFO or directory.
 """
 
@@ -41,9 +41,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from stat import S_ISDIR, S_ISLNK
 
+from slime_flashqla.files.lock import LOCK_DIR, LockPathError, directory_lock
 from slime_flashqla.files.output_paths import check_output_path, publish_atomically
 from slime_flashqla.files.termination import sigterm_raises
-from slime_flashqla.kernel_cache.warmup import LOCK_DIR, config_lock
 from slime_flashqla.kernels.cuda_toolchain import same_release, tilelang_nvcc_version
 
 FORMAT = "slime-flashqla-kernel-cache/1"
@@ -739,7 +739,10 @@ def _lock_each_directory(held: contextlib.ExitStack, roots: list[Path]) -> None:
         status = root.stat()
         distinct.setdefault((status.st_dev, status.st_ino), root)
     for _, root in sorted(distinct.items()):
-        held.enter_context(config_lock(root, IMPORT_LOCK_KEY))
+        try:
+            held.enter_context(directory_lock(root, IMPORT_LOCK_KEY))
+        except LockPathError as error:
+            raise ArchiveError(str(error)) from None
         _clear_stale_staging(root)
 
 

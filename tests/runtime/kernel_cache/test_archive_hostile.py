@@ -269,3 +269,29 @@ def test_a_symlink_in_the_cache_is_never_written_through(source, tmp_path, where
     with pytest.raises(ArchiveError, match=rf"{target['tilelang'] / where} in the cache is a symbolic link"):
         import_archive(bad, target)
     assert list(outside.iterdir()) == []
+
+
+# --- ND18: the import lock is never taken through a symbolic link in the cache ------------------------------
+
+
+@pytest.mark.parametrize("link", ["lock folder", "lock file"])
+def test_the_import_lock_is_never_taken_through_a_symlink(source, tmp_path, link):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = targets(tmp_path / "t")
+    locks = target["triton"] / "slime-flashqla-locks"  # the Triton cache: no archive member goes there
+    if link == "lock folder":
+        target["triton"].mkdir(parents=True)
+        locks.symlink_to(outside)
+        named = locks
+    else:
+        locks.mkdir(parents=True)
+        (locks / "cache-import.lock").symlink_to(outside / "created-by-import")
+        named = locks / "cache-import.lock"
+    done = cache_cli("import", source, "--tilelang-dir", target["tilelang"], "--triton-dir", target["triton"])
+    assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+    assert done.stderr.splitlines() == [
+        f"slime-flashqla cache import: {named}: a symbolic link; a lock is never taken through one (remove it)"
+    ]
+    assert list(outside.iterdir()) == []
+    assert [name for name in files_under(tmp_path / "t") if "slime-flashqla-locks" not in name] == []
