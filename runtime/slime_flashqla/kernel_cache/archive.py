@@ -37,6 +37,7 @@ import shutil
 import sys
 import tarfile
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from stat import S_ISDIR, S_ISLNK
@@ -503,13 +504,12 @@ def _unsafe_reason(member: tarfile.TarInfo, target_root: Path | None) -> str | N
 
 
 def _checked_members(tar: tarfile.TarFile, manifest: dict, targets: dict, path) -> list[tarfile.TarInfo]:
-    """Every member after the manifest, each one checked, before anything is written."""
-    try:
-        members = tar.getmembers()[1:]
-    except (tarfile.TarError, EOFError, OSError) as error:
-        raise ArchiveError(f"{path}: damaged archive ({error})") from None
-    files, seen = manifest["files"], set()
-    for member in members:
+    """Every member after the manifest, each one checked as it is read, before anything is written."""
+    files, seen, members = manifest["files"], set(), []
+    # Read one header at a time, never all first (getmembers): a small archive can hold millions of
+    # headers, and each is refused before the next is read. Every member past the manifest's count
+    # is unlisted or a repeat, so at most one more than the manifest lists is ever read.
+    for member in _members_after_manifest(tar, path):
         cache = PurePosixPath(member.name).parts[0] if member.name else ""
         reason = _unsafe_reason(member, targets.get(cache))
         if reason is None and member.name not in files:
@@ -519,13 +519,26 @@ def _checked_members(tar: tarfile.TarFile, manifest: dict, targets: dict, path) 
         if reason is None and member.size != files[member.name].get("size"):
             reason = f"size {member.size} but the manifest says {files[member.name].get('size')}"
         if reason:
-            raise ArchiveError(f"{path}: refusing member {member.name!r}: {reason}; nothing was imported")
+            raise _refused(path, member.name, reason)
         seen.add(member.name)
+        members.append(member)
     missing = sorted(set(files) - seen)
     if missing:
         raise ArchiveError(f"{path}: incomplete, {len(missing)} file(s) of the manifest missing (first {missing[0]})")
     _check_units(members, targets, path)
     return members
+
+
+def _members_after_manifest(tar: tarfile.TarFile, path) -> Iterator[tarfile.TarInfo]:
+    """The archive's members after the manifest (already read), one header read per step."""
+    while True:
+        try:
+            member = tar.next()
+        except (tarfile.TarError, EOFError, OSError) as error:
+            raise ArchiveError(f"{path}: damaged archive ({error})") from None
+        if member is None:
+            return
+        yield member
 
 
 def _refused(path, name: str, reason: str) -> ArchiveError:
