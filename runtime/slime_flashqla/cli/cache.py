@@ -74,6 +74,23 @@ def _cache_dirs(args, triton: bool = True) -> dict:
     }
 
 
+def _check_named_folders(args) -> None:
+    """Refuse a cache folder named on the command line that does not exist (a typo), before anything is read."""
+    from pathlib import Path
+
+    from slime_flashqla.errors import UserError
+
+    named = {"--tilelang-dir": args.tilelang_dir, "--triton-dir": None if args.no_triton else args.triton_dir}
+    for option, folder in named.items():
+        if folder is None:
+            continue
+        path = Path(folder).expanduser()
+        if not path.exists():
+            raise UserError(f"{option} {folder}: the folder does not exist")
+        if not path.is_dir():
+            raise UserError(f"{option} {folder}: not a folder")
+
+
 def _gpu(stack: dict) -> str:
     from slime_flashqla.kernel_cache.archive import shown
 
@@ -85,13 +102,23 @@ def _gpu(stack: dict) -> str:
 def run_export(args) -> int:
     """Write the archive and say what is in it."""
     from slime_flashqla.files.output_paths import check_output_path
-    from slime_flashqla.kernel_cache.archive import ARCHIVE_SUFFIXES, current_stack, export_archive, with_gpu_arch
+    from slime_flashqla.kernel_cache.archive import (
+        ARCHIVE_SUFFIXES,
+        check_cache_dirs,
+        current_stack,
+        export_archive,
+        with_gpu_arch,
+    )
 
-    written = check_output_path(args.path, what="", suffixes=ARCHIVE_SUFFIXES)  # before anything is read
+    # The output path and the folders first, before anything is read or torch is imported.
+    written = check_output_path(args.path, what="", suffixes=ARCHIVE_SUFFIXES)
+    _check_named_folders(args)
+    cache_dirs = _cache_dirs(args, triton=not args.no_triton)
+    check_cache_dirs(cache_dirs)
     stack = current_stack()
     if args.gpu_arch:
         stack = with_gpu_arch(stack, args.gpu_arch)
-    manifest = export_archive(args.path, _cache_dirs(args, triton=not args.no_triton), stack=stack, replace=args.force)
+    manifest = export_archive(args.path, cache_dirs, stack=stack, replace=args.force)
     parts = ", ".join(
         f"{cache} {info['files']} file(s) ({info['bytes'] / 2**20:.1f} MiB)"
         for cache, info in manifest["caches"].items()

@@ -227,6 +227,42 @@ def _cache_files(root: Path) -> list[tuple[PurePosixPath, Path]]:
     return files
 
 
+def check_cache_dirs(cache_dirs: dict) -> None:
+    """Refuse, before anything is read, one directory given as both caches, or one inside the other.
+
+    Its files would go into the archive twice, and an import would then put each cache's files
+    into the other cache too.
+    """
+    roots = {cache: cache_dirs.get(cache) for cache in CACHE_NAMES if cache_dirs.get(cache)}
+    if len(roots) < 2:
+        return
+    (first, a), (second, b) = roots.items()
+    real_a, real_b = Path(os.path.realpath(a)), Path(os.path.realpath(b))
+    advice = "give each cache its own directory, or leave Triton's out (--no-triton)"
+    if real_a == real_b:
+        raise ArchiveError(f"the {first} cache {a} and the {second} cache {b} are one directory: "
+                           f"every file would be exported twice; {advice}")  # fmt: skip
+    for (inner, inner_dir, real_inner), (outer, outer_dir, real_outer) in (
+        ((second, b, real_b), (first, a, real_a)),
+        ((first, a, real_a), (second, b, real_b)),
+    ):
+        if real_outer in real_inner.parents:
+            raise ArchiveError(f"the {inner} cache {inner_dir} is inside the {outer} cache {outer_dir}: "
+                               f"its files would be exported twice; {advice}")  # fmt: skip
+
+
+def _is_kernel_cache_archive(path: Path) -> bool:
+    """An archive `export` wrote (its name, and the manifest as its first member): never a kernel file."""
+    if not path.name.lower().endswith(ARCHIVE_SUFFIXES):
+        return False
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            first = tar.next()
+    except (tarfile.TarError, EOFError, OSError):
+        return False
+    return first is not None and first.name == MANIFEST_NAME
+
+
 def _hash_file(path: Path) -> tuple[int, str]:
     digest, size = hashlib.sha256(), 0
     with open(path, "rb") as handle:
@@ -273,18 +309,27 @@ def export_archive(path, cache_dirs: dict, *, stack: Stack | None = None, replac
     dest = check_output_path(given, what="", suffixes=ARCHIVE_SUFFIXES)
     if dest.exists() and not replace:
         raise ArchiveError(f"{given}: already exists; --force replaces it")
+    check_cache_dirs(cache_dirs)
     entries, caches = [], {}
     for cache in CACHE_NAMES:
         root = cache_dirs.get(cache)
         if root is None or not Path(root).is_dir():
             continue
-        # An archive (or an older one) written into the cache itself is not a kernel.
-        files = [(rel, source) for rel, source in _cache_files(Path(root)) if source.resolve() != dest.resolve()]
+        # The archive being written, and any archive written into the cache before, are not kernels.
+        files = [
+            (rel, source)
+            for rel, source in _cache_files(Path(root))
+            if source.resolve() != dest.resolve() and not _is_kernel_cache_archive(source)
+        ]
         if files:
             caches[cache] = {"source_dir": str(Path(root).absolute()), "files": len(files)}
             entries += [(f"{cache}/{rel}", source) for rel, source in files]
     if not entries:
-        looked = ", ".join(f"{cache} {cache_dirs.get(cache)}" for cache in CACHE_NAMES if cache_dirs.get(cache))
+        looked = ", ".join(
+            f"{cache} {root}" + ("" if Path(root).is_dir() else " (no such folder)")
+            for cache, root in ((cache, cache_dirs.get(cache)) for cache in CACHE_NAMES)
+            if root
+        )
         raise ArchiveError(f"nothing to export: no kernel files in {looked}; run `slime-flashqla warmup` first")
     records = {}
     for name, source in entries:

@@ -319,3 +319,34 @@ def test_an_archive_written_into_the_cache_is_not_exported_into_the_next(caches,
     first = export_archive(inside, caches)
     second = export_archive(inside, caches, replace=True)
     assert "tilelang/kernels.tar" not in second["files"] and second["files"] == first["files"]
+
+
+@pytest.mark.parametrize("older", ["first.tar", "first.tar.gz"])
+def test_an_older_archive_in_the_cache_is_not_exported(caches, tmp_path, older):
+    first = export_archive(caches["tilelang"] / older, caches)
+    second = export_archive(caches["tilelang"] / "second.tar", caches)
+    assert f"tilelang/{older}" not in second["files"] and second["files"] == first["files"]
+
+
+def test_a_tar_that_is_not_a_kernel_cache_archive_is_still_exported(caches, tmp_path):
+    """Only archives this command wrote are left out: a file that merely ends in .tar is the cache's own."""
+    (caches["tilelang"] / "notes.tar").write_bytes(b"not an archive")
+    manifest = export_archive(tmp_path / "k.tar", caches)
+    assert "tilelang/notes.tar" in manifest["files"]
+
+
+@pytest.mark.parametrize("layout", ["same", "symlink", "nested"])
+def test_one_directory_for_both_caches_is_refused_before_anything_is_read(caches, tmp_path, layout):
+    triton = {
+        "same": caches["tilelang"],
+        "symlink": tmp_path / "alias",
+        "nested": caches["tilelang"] / "triton",
+    }[layout]
+    if layout == "symlink":
+        triton.symlink_to(caches["tilelang"])
+    if layout == "nested":
+        shutil.copytree(caches["triton"], triton)
+    with pytest.raises(ArchiveError, match=r"are one directory|is inside") as refused:
+        export_archive(tmp_path / "k.tar", {"tilelang": caches["tilelang"], "triton": triton})
+    assert "--no-triton" in str(refused.value) and "\n" not in str(refused.value)
+    assert not (tmp_path / "k.tar").exists()
