@@ -92,7 +92,7 @@ def _check_named_folders(args) -> None:
 
 
 def _gpu(stack: dict) -> str:
-    from slime_flashqla.kernel_cache.archive import shown
+    from slime_flashqla.kernel_cache.format import shown
 
     if stack["gpu_arch"] == "none":
         return "no GPU visible (gpu_arch none: an import on a GPU refuses it; --gpu-arch sm_NN names the GPU)"
@@ -102,13 +102,9 @@ def _gpu(stack: dict) -> str:
 def run_export(args) -> int:
     """Write the archive and say what is in it."""
     from slime_flashqla.files.output_paths import check_output_path
-    from slime_flashqla.kernel_cache.archive import (
-        ARCHIVE_SUFFIXES,
-        check_cache_dirs,
-        current_stack,
-        export_archive,
-        with_gpu_arch,
-    )
+    from slime_flashqla.kernel_cache.archive import check_cache_dirs, export_archive
+    from slime_flashqla.kernel_cache.format import ARCHIVE_SUFFIXES
+    from slime_flashqla.kernel_cache.stack import current_stack, with_gpu_arch
 
     # The output path and the folders first, before anything is read or torch is imported.
     written = check_output_path(args.path, what="", suffixes=ARCHIVE_SUFFIXES)
@@ -145,7 +141,8 @@ def run_import(args) -> int:
 
 def manifest_rows(manifest: dict, mismatches: list[str], notes: list[str] = ()) -> list[tuple[str, str]]:
     """The manifest as (item, value) rows, without the per-file list; archive text shown escaped."""
-    from slime_flashqla.kernel_cache.archive import TOOLCHAIN_FIELDS, shown
+    from slime_flashqla.kernel_cache.format import shown
+    from slime_flashqla.kernel_cache.stack import TOOLCHAIN_FIELDS
 
     stack = manifest["stack"]
     rows = [
@@ -171,14 +168,9 @@ def manifest_rows(manifest: dict, mismatches: list[str], notes: list[str] = ()) 
 
 def run_info(args) -> int:
     """Print the manifest (a table, or JSON) and whether it matches this machine."""
-    from slime_flashqla.kernel_cache.archive import (
-        CACHE_NAMES,
-        Stack,
-        current_stack,
-        read_manifest,
-        stack_mismatches,
-        stack_notes,
-    )
+    from slime_flashqla.kernel_cache.format import CACHE_NAMES
+    from slime_flashqla.kernel_cache.manifest import read_manifest
+    from slime_flashqla.kernel_cache.stack import Stack, current_stack, stack_mismatches, stack_notes
 
     manifest = read_manifest(args.path)
     if args.json:

@@ -22,7 +22,9 @@ from helpers.kernel_cache_files import (
     tilelang_entry_problems,
     triton_group_problems,
 )
-from slime_flashqla.kernel_cache.archive import current_stack, export_archive, read_manifest
+from slime_flashqla.kernel_cache.archive import export_archive
+from slime_flashqla.kernel_cache.manifest import read_manifest
+from slime_flashqla.kernel_cache.stack import current_stack
 
 
 def torch_cuda_available() -> bool:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from helpers.kernel_cache_files import files_under, make_caches, rewrite, temp_leftovers
-from slime_flashqla.kernel_cache import archive
-from slime_flashqla.kernel_cache.archive import ArchiveError, export_archive, import_archive
+from slime_flashqla.kernel_cache.archive import export_archive, import_archive
+from slime_flashqla.kernel_cache.format import MANIFEST_NAME, ArchiveError
 
 
 def cache_cli(*args, **kwargs):
@@ -67,7 +67,7 @@ def manifest_bomb(path: Path, size: int) -> Path:
             return count
 
     with gzip.open(path, "wb", compresslevel=1) as raw, tarfile.open(fileobj=raw, mode="w") as tar:
-        info = tarfile.TarInfo(archive.MANIFEST_NAME)
+        info = tarfile.TarInfo(MANIFEST_NAME)
         info.size = size
         tar.addfile(info, io.BufferedReader(Spaces(), 1 << 20))
     return path
@@ -100,7 +100,7 @@ def test_a_huge_manifest_is_refused_before_it_is_read(tmp_path):
         _, _, baseline_mib = refused_with_peak_memory(action, tmp_path / "text.tar", *extra)
         returncode, lines, peak_mib = refused_with_peak_memory(action, bomb, *extra)
         assert returncode == 2 and lines == [
-            f"slime-flashqla cache {action}: {bomb}: its {archive.MANIFEST_NAME} is {size} bytes, more "
+            f"slime-flashqla cache {action}: {bomb}: its {MANIFEST_NAME} is {size} bytes, more "
             "than a manifest may be (64 MiB); not a kernel cache this slime-flashqla wrote"
         ]
         # Read whole, it took twice its size (512 MiB more); refused, what any refusal takes.
@@ -205,8 +205,7 @@ def test_a_deeply_nested_manifest_is_refused(source, tmp_path):
     done = cache_cli("info", bad)
     assert done.returncode == 2, done.stderr
     assert (
-        done.stderr
-        == f"slime-flashqla cache info: {bad}: its {archive.MANIFEST_NAME} is nested too deeply to be a manifest\n"
+        done.stderr == f"slime-flashqla cache info: {bad}: its {MANIFEST_NAME} is nested too deeply to be a manifest\n"
     )
 
 
