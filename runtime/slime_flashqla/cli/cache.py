@@ -168,9 +168,8 @@ def manifest_rows(manifest: dict, mismatches: list[str], notes: list[str] = ()) 
 
 def run_info(args) -> int:
     """Print the manifest (a table, or JSON) and whether it matches this machine."""
-    from slime_flashqla.kernel_cache.format import CACHE_NAMES
-    from slime_flashqla.kernel_cache.manifest import read_manifest
-    from slime_flashqla.kernel_cache.stack import Stack, current_stack, stack_mismatches, stack_notes
+    from slime_flashqla.kernel_cache.manifest import read_manifest, stack_fit
+    from slime_flashqla.kernel_cache.stack import current_stack
 
     manifest = read_manifest(args.path)
     if args.json:
@@ -178,8 +177,6 @@ def run_info(args) -> int:
         return 0
     from slime_flashqla.terminal import print_rows
 
-    archived = Stack.from_dict(manifest["stack"])
-    caches = [cache for cache in CACHE_NAMES if cache in manifest.get("caches", {})] or CACHE_NAMES
-    mismatches = stack_mismatches(archived, current_stack(), caches)
-    print_rows(f"kernel cache archive {args.path}", manifest_rows(manifest, mismatches, stack_notes(archived, caches)))
+    mismatches, notes = stack_fit(manifest, current_stack())
+    print_rows(f"kernel cache archive {args.path}", manifest_rows(manifest, mismatches, notes))
     return 0

@@ -42,7 +42,7 @@ from slime_flashqla.kernel_cache.format import (
     ArchiveError,
     ImportResult,
 )
-from slime_flashqla.kernel_cache.manifest import manifest_of, open_archive
+from slime_flashqla.kernel_cache.manifest import manifest_of, open_archive, stack_fit
 from slime_flashqla.kernel_cache.publish import (
     checked_members,
     lock_each_directory,
@@ -51,14 +51,7 @@ from slime_flashqla.kernel_cache.publish import (
     stage_members,
     staging_directories,
 )
-from slime_flashqla.kernel_cache.stack import (
-    Stack,
-    StackMismatch,
-    current_stack,
-    stack_mismatches,
-    stack_notes,
-    with_gpu_arch,
-)
+from slime_flashqla.kernel_cache.stack import Stack, StackMismatch, current_stack, with_gpu_arch
 
 _WRITE_MODES = {".tar.gz": "w:gz", ".tgz": "w:gz", ".tar.xz": "w:xz", ".txz": "w:xz", ".tar.bz2": "w:bz2"}
 
@@ -270,9 +263,7 @@ def import_archive(
         here = stack or current_stack()
         if gpu_arch:
             here = with_gpu_arch(here, gpu_arch)
-        archived = Stack.from_dict(manifest["stack"])
-        held_caches = [cache for cache in CACHE_NAMES if cache in manifest.get("caches", {})] or CACHE_NAMES
-        mismatches = stack_mismatches(archived, here, held_caches)
+        mismatches, notes = stack_fit(manifest, here)
         if mismatches and not force:
             raise StackMismatch(
                 f"{path} holds kernels built for another stack: {'; '.join(mismatches)}. "
@@ -281,7 +272,7 @@ def import_archive(
         if mismatches:
             result.forced_mismatches = mismatches
             warn(f"WARNING: --force: importing kernels built for another stack: {'; '.join(mismatches)}")
-        for note in stack_notes(archived, held_caches):
+        for note in notes:
             warn(f"note: {path}: {note}")
         targets = {cache: Path(cache_dirs[cache]).absolute() for cache in CACHE_NAMES if cache_dirs.get(cache)}
         members = checked_members(tar, manifest, targets, path)

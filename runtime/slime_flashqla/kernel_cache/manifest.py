@@ -16,7 +16,7 @@ from slime_flashqla.kernel_cache.format import (
     ArchiveError,
     shown,
 )
-from slime_flashqla.kernel_cache.stack import TOOLCHAIN_FIELDS
+from slime_flashqla.kernel_cache.stack import TOOLCHAIN_FIELDS, Stack, stack_mismatches, stack_notes
 
 # A manifest's gpu_arch: one or more compute capabilities, or none where no GPU was visible.
 MANIFEST_GPU_ARCH = re.compile(r"none|sm_\d+[a-z]?(,sm_\d+[a-z]?)*")
@@ -58,6 +58,14 @@ def manifest_of(tar: tarfile.TarFile, path) -> dict:
         raise ArchiveError(f"{path}: archive format {shown(repr(found))}; this slime-flashqla reads {FORMAT!r}")
     _check_manifest(manifest, _ManifestField(path))
     return manifest
+
+
+def stack_fit(manifest: dict, here: Stack) -> tuple[list[str], list[str]]:
+    """(mismatches, notes): where the archive's stack differs from `here`, and what could not be compared."""
+    archived = Stack.from_dict(manifest["stack"])
+    # The caches it holds decide what is compared (TileLang's nvcc only for a TileLang cache).
+    held = [cache for cache in CACHE_NAMES if cache in manifest.get("caches", {})] or CACHE_NAMES
+    return stack_mismatches(archived, here, held), stack_notes(archived, held)
 
 
 def read_manifest(path) -> dict:
