@@ -29,6 +29,7 @@ import sys
 import tarfile
 from pathlib import Path, PurePosixPath
 
+from slime_flashqla.files.atomic import is_temporary
 from slime_flashqla.files.lock import LOCK_DIR
 from slime_flashqla.files.output_paths import check_output_path, publish_atomically
 from slime_flashqla.files.termination import sigterm_raises
@@ -61,8 +62,8 @@ def _is_transient(rel: PurePosixPath) -> bool:
     name = rel.name
     if any(part == ".staging" or part.startswith(("tmp.pid_", STAGING_PREFIX)) for part in rel.parts):
         return True  # TileLang's and Triton's in-progress writes, and ours
-    if name.startswith(".") and ".tmp" in name:
-        return True  # TileLang's per-file temporaries: .<name>.<pid>_<uuid>.tmp
+    if is_temporary(name) or (name.startswith(".") and ".tmp" in name):
+        return True  # ours (files/atomic.py), and TileLang's per-file temporaries: .<name>.<pid>_<uuid>.tmp
     return name == "lock" or (rel.parent.name == LOCK_DIR and name.endswith(".lock"))
 
 
