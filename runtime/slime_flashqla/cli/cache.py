@@ -74,8 +74,25 @@ def _cache_dirs(args, triton: bool = True) -> dict:
     }
 
 
+def _check_named_folders(args) -> None:
+    """Refuse a cache folder named on the command line that does not exist (a typo), before anything is read."""
+    from pathlib import Path
+
+    from slime_flashqla.errors import UserError
+
+    named = {"--tilelang-dir": args.tilelang_dir, "--triton-dir": None if args.no_triton else args.triton_dir}
+    for option, folder in named.items():
+        if folder is None:
+            continue
+        path = Path(folder).expanduser()
+        if not path.exists():
+            raise UserError(f"{option} {folder}: the folder does not exist")
+        if not path.is_dir():
+            raise UserError(f"{option} {folder}: not a folder")
+
+
 def _gpu(stack: dict) -> str:
-    from slime_flashqla.kernel_cache.archive import shown
+    from slime_flashqla.kernel_cache.format import shown
 
     if stack["gpu_arch"] == "none":
         return "no GPU visible (gpu_arch none: an import on a GPU refuses it; --gpu-arch sm_NN names the GPU)"
@@ -85,13 +102,19 @@ def _gpu(stack: dict) -> str:
 def run_export(args) -> int:
     """Write the archive and say what is in it."""
     from slime_flashqla.files.output_paths import check_output_path
-    from slime_flashqla.kernel_cache.archive import ARCHIVE_SUFFIXES, current_stack, export_archive, with_gpu_arch
+    from slime_flashqla.kernel_cache.archive import check_cache_dirs, export_archive
+    from slime_flashqla.kernel_cache.format import ARCHIVE_SUFFIXES
+    from slime_flashqla.kernel_cache.stack import current_stack, with_gpu_arch
 
-    written = check_output_path(args.path, what="", suffixes=ARCHIVE_SUFFIXES)  # before anything is read
+    # The output path and the folders first, before anything is read or torch is imported.
+    written = check_output_path(args.path, what="", suffixes=ARCHIVE_SUFFIXES)
+    _check_named_folders(args)
+    cache_dirs = _cache_dirs(args, triton=not args.no_triton)
+    check_cache_dirs(cache_dirs)
     stack = current_stack()
     if args.gpu_arch:
         stack = with_gpu_arch(stack, args.gpu_arch)
-    manifest = export_archive(args.path, _cache_dirs(args, triton=not args.no_triton), stack=stack, replace=args.force)
+    manifest = export_archive(args.path, cache_dirs, stack=stack, replace=args.force)
     parts = ", ".join(
         f"{cache} {info['files']} file(s) ({info['bytes'] / 2**20:.1f} MiB)"
         for cache, info in manifest["caches"].items()
@@ -118,7 +141,8 @@ def run_import(args) -> int:
 
 def manifest_rows(manifest: dict, mismatches: list[str], notes: list[str] = ()) -> list[tuple[str, str]]:
     """The manifest as (item, value) rows, without the per-file list; archive text shown escaped."""
-    from slime_flashqla.kernel_cache.archive import TOOLCHAIN_FIELDS, shown
+    from slime_flashqla.kernel_cache.format import shown
+    from slime_flashqla.kernel_cache.stack import TOOLCHAIN_FIELDS
 
     stack = manifest["stack"]
     rows = [
@@ -144,14 +168,8 @@ def manifest_rows(manifest: dict, mismatches: list[str], notes: list[str] = ()) 
 
 def run_info(args) -> int:
     """Print the manifest (a table, or JSON) and whether it matches this machine."""
-    from slime_flashqla.kernel_cache.archive import (
-        CACHE_NAMES,
-        Stack,
-        current_stack,
-        read_manifest,
-        stack_mismatches,
-        stack_notes,
-    )
+    from slime_flashqla.kernel_cache.manifest import read_manifest, stack_fit
+    from slime_flashqla.kernel_cache.stack import current_stack
 
     manifest = read_manifest(args.path)
     if args.json:
@@ -159,8 +177,6 @@ def run_info(args) -> int:
         return 0
     from slime_flashqla.terminal import print_rows
 
-    archived = Stack.from_dict(manifest["stack"])
-    caches = [cache for cache in CACHE_NAMES if cache in manifest.get("caches", {})] or CACHE_NAMES
-    mismatches = stack_mismatches(archived, current_stack(), caches)
-    print_rows(f"kernel cache archive {args.path}", manifest_rows(manifest, mismatches, stack_notes(archived, caches)))
+    mismatches, notes = stack_fit(manifest, current_stack())
+    print_rows(f"kernel cache archive {args.path}", manifest_rows(manifest, mismatches, notes))
     return 0

@@ -17,7 +17,7 @@ It returns the file that will be written: the path itself, or a symlink's target
 is written through and stays a link).
 
 `publish_atomically(path, write, *, what="output") -> Path` calls `write(temp)` to fill a temp
-file `.NAME.<pid>.<id>.tmp` beside the destination, fsyncs it and renames it onto the
+file `.NAME.<pid>.<id>.tmp` beside the destination (files/atomic.py's rule), fsyncs it and renames it onto the
 destination, which must then still be a regular file or nothing (anything else is refused,
 never replaced). Readers see the old file or the new one, never part of one. The temp file
 takes an existing file's permission bits, and is removed on any exception, Ctrl-C included,
@@ -32,15 +32,13 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-import re
 import stat
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from slime_flashqla.files.atomic import temporary_parts, temporary_path
 from slime_flashqla.files.termination import sigterm_raises
 
-_TEMP = ".{name}.{pid}.{token}.tmp"
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a FIFO"),
@@ -54,10 +52,6 @@ _WRITING: set[Path] = set()
 
 class OutputPathError(ValueError):
     """An output path that cannot be written; the message is one line naming the option and the path."""
-
-
-def _temp_path(directory: Path, name: str) -> Path:
-    return directory / _TEMP.format(name=name, pid=os.getpid(), token=uuid.uuid4().hex[:8])
 
 
 def _label(what: str, shown: str) -> str:
@@ -108,7 +102,7 @@ def check_output_path(path, *, what: str, suffixes: tuple[str, ...] | None = Non
         raise OutputPathError(f"{_label(what, shown)}: the name must end in {', '.join(suffixes)}")
     if not dest.parent.is_dir():
         raise OutputPathError(f"{_label(what, shown)}: the directory {dest.parent} does not exist")
-    probe = _temp_path(dest.parent, dest.name)
+    probe = temporary_path(dest)
     try:  # access() says yes to root on /proc and on read-only mounts: creating a file is the test
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError as error:
@@ -133,10 +127,9 @@ def _alive(pid: int) -> bool:
 
 def _sweep_stale(dest: Path) -> None:
     """Remove temp files beside `dest` left by publishes whose process is gone (SIGKILL, a crash)."""
-    pattern = re.compile(rf"\.{re.escape(dest.name)}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
     for leftover in dest.parent.glob(glob.escape(f".{dest.name}.") + "*.tmp"):
-        found = pattern.fullmatch(leftover.name)
-        if found and leftover not in _WRITING and not _alive(int(found.group(1))):
+        found = temporary_parts(leftover.name)
+        if found and found[0] == dest.name and leftover not in _WRITING and not _alive(found[1]):
             with contextlib.suppress(OSError):
                 leftover.unlink()
 
@@ -146,7 +139,7 @@ def publish_atomically(path, write: Callable[[Path], object], *, what: str = "ou
     shown = os.fspath(path)
     dest = _destination(Path(shown).expanduser(), what, shown)
     _sweep_stale(dest)
-    temp = _temp_path(dest.parent, dest.name)
+    temp = temporary_path(dest)
     _WRITING.add(temp)
     try:
         with sigterm_raises():

@@ -18,14 +18,14 @@ on the lock and then loads the stored kernels.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from slime_flashqla.files.lock import LOCK_DIR
+from slime_flashqla.files.lock import directory_lock as config_lock
 from slime_flashqla.gdn.names import KERNEL_BACKEND_NAMES
 from slime_flashqla.kernels.cache import CACHE_ENV, tilelang_cache_dir
 from slime_flashqla.kernels.preload import LAYER, recording
@@ -45,7 +45,6 @@ SEQUENCE_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 COVERAGE_TOKENS = 8192  # tokens of a counted pack: enough for every count, cheap once compiled
 STREAM_SAMPLE = 24  # packs of the RL-like stream (workload/packs.py) the layer part also runs
 STATES = "+states"
-LOCK_DIR = "slime-flashqla-locks"
 
 
 @dataclass(frozen=True)
@@ -117,20 +116,6 @@ def set_cache_dir(path: str | os.PathLike | None) -> Path:
     directory = tilelang_cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     return directory
-
-
-@contextmanager
-def config_lock(cache_dir: Path, key: str):
-    """Hold an exclusive lock for one configuration; yields the seconds spent waiting for it."""
-    lock_dir = cache_dir / LOCK_DIR
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with open(lock_dir / f"{key}.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, also if we crash
-        try:
-            yield time.perf_counter() - start
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _done_marker(cache_dir: Path, key: str) -> Path:

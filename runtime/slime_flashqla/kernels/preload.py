@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slime_flashqla.errors import one_line
+from slime_flashqla.files.atomic import write_atomically
 from slime_flashqla.kernels.cache import tilelang_cache_dir
 
 PRELOAD_ENV = "SLIME_FLASHQLA_PRELOAD"
@@ -86,9 +87,7 @@ def _source_of(declared):
 
 def _write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # a dot name: `cache export` skips it
-    partial.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(partial, path)
+    write_atomically(path, json.dumps(data, indent=1) + "\n")  # a temporary name `cache export` skips
 
 
 @contextmanager

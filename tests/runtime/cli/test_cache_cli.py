@@ -22,7 +22,9 @@ from helpers.kernel_cache_files import (
     tilelang_entry_problems,
     triton_group_problems,
 )
-from slime_flashqla.kernel_cache.archive import current_stack, export_archive, read_manifest
+from slime_flashqla.kernel_cache.archive import export_archive
+from slime_flashqla.kernel_cache.manifest import read_manifest
+from slime_flashqla.kernel_cache.stack import current_stack
 
 
 def torch_cuda_available() -> bool:
@@ -107,11 +109,35 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path):
     assert "not a tar archive" in one_line_error(cli("import", tmp_path / "text.tar", *dirs(tmp_path)), "import")
     assert "not a tar archive" in one_line_error(cli("info", tmp_path / "text.tar"), "info")
     (tmp_path / "empty").mkdir()
-    empty = cli("export", tmp_path / "k.tar", "--tilelang-dir", tmp_path / "empty", "--triton-dir", tmp_path / "none")
+    empty = cli("export", tmp_path / "k.tar", "--tilelang-dir", tmp_path / "empty", "--no-triton")
     assert "nothing to export" in one_line_error(empty, "export")
     nowhere = cli("export", tmp_path / "no" / "k.tar", *dirs(tmp_path / "c"))
     assert "directory" in one_line_error(nowhere, "export") and "does not exist" in nowhere.stderr
     assert not (tmp_path / "k.tar").exists()
+
+
+def test_export_names_a_cache_folder_that_does_not_exist(tmp_path):
+    """Issue 35 item 20: a mistyped --tilelang-dir said "nothing to export"."""
+    make_caches(tmp_path / "src")
+    missing = tmp_path / "nonexistent"
+    both = cli("export", tmp_path / "e.tar", "--tilelang-dir", missing, "--triton-dir", tmp_path / "nonexistent2")
+    assert one_line_error(both, "export").endswith(f"--tilelang-dir {missing}: the folder does not exist")
+    triton = cli("export", tmp_path / "e.tar", "--tilelang-dir", tmp_path / "src" / "tilelang", "--triton-dir", missing)
+    assert one_line_error(triton, "export").endswith(f"--triton-dir {missing}: the folder does not exist")
+    (tmp_path / "file").write_text("")
+    a_file = cli("export", tmp_path / "e.tar", "--tilelang-dir", tmp_path / "file", "--no-triton")
+    assert one_line_error(a_file, "export").endswith(f"--tilelang-dir {tmp_path / 'file'}: not a folder")
+    assert not (tmp_path / "e.tar").exists()
+
+
+def test_export_refuses_one_folder_for_both_caches_in_one_line(tmp_path):
+    make_caches(tmp_path / "src")
+    same = tmp_path / "src" / "tilelang"
+    done = cli("export", tmp_path / "e.tar", "--tilelang-dir", same, "--triton-dir", same)
+    assert "are one directory" in one_line_error(done, "export") and "--no-triton" in done.stderr
+    assert not (tmp_path / "e.tar").exists()
+    alone = cli("export", tmp_path / "e.tar", "--tilelang-dir", same, "--triton-dir", same, "--no-triton")
+    assert alone.returncode == 0, alone.stderr
 
 
 def test_mismatching_stack_is_refused_in_one_line_and_force_warns(tmp_path):

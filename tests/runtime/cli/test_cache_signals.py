@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from helpers.kernel_cache_files import make_caches, temp_leftovers, tilelang_entry_problems
-from slime_flashqla.kernel_cache.archive import MANIFEST_NAME, export_archive
+from slime_flashqla.kernel_cache.archive import export_archive
+from slime_flashqla.kernel_cache.format import MANIFEST_NAME
 
 pytestmark = pytest.mark.slow
 

@@ -25,14 +25,10 @@ from helpers.kernel_cache_files import (
     tilelang_entry_problems,
     triton_group_problems,
 )
-from slime_flashqla.kernel_cache import archive
-from slime_flashqla.kernel_cache.archive import (
-    ArchiveError,
-    StackMismatch,
-    current_stack,
-    export_archive,
-    import_archive,
-)
+from slime_flashqla.kernel_cache.archive import export_archive, import_archive
+from slime_flashqla.kernel_cache.format import FORMAT, MANIFEST_NAME, ArchiveError
+from slime_flashqla.kernel_cache.manifest import read_manifest
+from slime_flashqla.kernel_cache.stack import StackMismatch, current_stack, with_gpu_arch
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +76,8 @@ def test_round_trip_restores_every_file(caches, tmp_path, here):
 
 def test_manifest_names_the_stack_the_configurations_and_every_file(caches, tmp_path, here):
     path = exported(caches, tmp_path)
-    manifest = archive.read_manifest(path)
-    assert manifest["format"] == archive.FORMAT
+    manifest = read_manifest(path)
+    assert manifest["format"] == FORMAT
     assert manifest["stack"] == here.as_dict()
     for name in ("torch", "torch.cuda", "triton", "tilelang", "flash-qla", "fla-core", "python", "machine"):
         assert name in manifest["stack"]["versions"]
@@ -90,7 +86,7 @@ def test_manifest_names_the_stack_the_configurations_and_every_file(caches, tmp_
     assert tasks == ["flashqla-hk16-hv32-varlen-bfloat16", "flashqla-hk2-hv8-varlen-bfloat16"]
     with tarfile.open(path) as tar:
         names = tar.getnames()
-    assert names[0] == archive.MANIFEST_NAME and sorted(names[1:]) == sorted(manifest["files"])
+    assert names[0] == MANIFEST_NAME and sorted(names[1:]) == sorted(manifest["files"])
     # Locks and what crashed or running writers leave are not kernels.
     assert not [n for n in names if n.endswith(".lock") or ".staging" in n or "tmp.pid_" in n or ".tmp" in n]
     for name, record in manifest["files"].items():
@@ -178,7 +174,7 @@ def test_force_imports_another_stack_with_one_warning(caches, tmp_path, here):
 def test_gpu_arch_option_is_checked_like_a_visible_gpu(caches, tmp_path, here):
     if here.gpu_arch != "none":
         with pytest.raises(ArchiveError, match="contradicts this machine's GPU"):
-            archive.with_gpu_arch(here, other_arch(here))
+            with_gpu_arch(here, other_arch(here))
         return
     path = exported(caches, tmp_path, stack=replace(here, gpu_arch="sm_90", gpu_name="NVIDIA H200"))
     target = {"tilelang": tmp_path / "tl", "triton": tmp_path / "tr"}
@@ -253,11 +249,11 @@ def test_files_that_are_not_archives_are_refused(tmp_path):
     with tarfile.open(tmp_path / "plain.tar", "w") as tar:
         tar.add(__file__, arcname="tilelang/x.py")
     with pytest.raises(ArchiveError, match="no such file"):
-        archive.read_manifest(tmp_path / "missing.tar")
+        read_manifest(tmp_path / "missing.tar")
     with pytest.raises(ArchiveError, match="not a tar archive"):
-        archive.read_manifest(tmp_path / "text.tar")
+        read_manifest(tmp_path / "text.tar")
     with pytest.raises(ArchiveError, match="not a slime-flashqla kernel cache archive"):
-        archive.read_manifest(tmp_path / "plain.tar")
+        read_manifest(tmp_path / "plain.tar")
 
 
 def test_truncated_archive_is_refused(caches, tmp_path):
@@ -319,3 +315,34 @@ def test_an_archive_written_into_the_cache_is_not_exported_into_the_next(caches,
     first = export_archive(inside, caches)
     second = export_archive(inside, caches, replace=True)
     assert "tilelang/kernels.tar" not in second["files"] and second["files"] == first["files"]
+
+
+@pytest.mark.parametrize("older", ["first.tar", "first.tar.gz"])
+def test_an_older_archive_in_the_cache_is_not_exported(caches, tmp_path, older):
+    first = export_archive(caches["tilelang"] / older, caches)
+    second = export_archive(caches["tilelang"] / "second.tar", caches)
+    assert f"tilelang/{older}" not in second["files"] and second["files"] == first["files"]
+
+
+def test_a_tar_that_is_not_a_kernel_cache_archive_is_still_exported(caches, tmp_path):
+    """Only archives this command wrote are left out: a file that merely ends in .tar is the cache's own."""
+    (caches["tilelang"] / "notes.tar").write_bytes(b"not an archive")
+    manifest = export_archive(tmp_path / "k.tar", caches)
+    assert "tilelang/notes.tar" in manifest["files"]
+
+
+@pytest.mark.parametrize("layout", ["same", "symlink", "nested"])
+def test_one_directory_for_both_caches_is_refused_before_anything_is_read(caches, tmp_path, layout):
+    triton = {
+        "same": caches["tilelang"],
+        "symlink": tmp_path / "alias",
+        "nested": caches["tilelang"] / "triton",
+    }[layout]
+    if layout == "symlink":
+        triton.symlink_to(caches["tilelang"])
+    if layout == "nested":
+        shutil.copytree(caches["triton"], triton)
+    with pytest.raises(ArchiveError, match=r"are one directory|is inside") as refused:
+        export_archive(tmp_path / "k.tar", {"tilelang": caches["tilelang"], "triton": triton})
+    assert "--no-triton" in str(refused.value) and "\n" not in str(refused.value)
+    assert not (tmp_path / "k.tar").exists()

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from helpers.kernel_cache_files import files_under, make_caches, rewrite, temp_leftovers
-from slime_flashqla.kernel_cache import archive
-from slime_flashqla.kernel_cache.archive import ArchiveError, export_archive, import_archive
+from slime_flashqla.kernel_cache.archive import export_archive, import_archive
+from slime_flashqla.kernel_cache.format import MANIFEST_NAME, ArchiveError
 
 
 def cache_cli(*args, **kwargs):
@@ -67,7 +67,7 @@ def manifest_bomb(path: Path, size: int) -> Path:
             return count
 
     with gzip.open(path, "wb", compresslevel=1) as raw, tarfile.open(fileobj=raw, mode="w") as tar:
-        info = tarfile.TarInfo(archive.MANIFEST_NAME)
+        info = tarfile.TarInfo(MANIFEST_NAME)
         info.size = size
         tar.addfile(info, io.BufferedReader(Spaces(), 1 << 20))
     return path
@@ -100,12 +100,45 @@ def test_a_huge_manifest_is_refused_before_it_is_read(tmp_path):
         _, _, baseline_mib = refused_with_peak_memory(action, tmp_path / "text.tar", *extra)
         returncode, lines, peak_mib = refused_with_peak_memory(action, bomb, *extra)
         assert returncode == 2 and lines == [
-            f"slime-flashqla cache {action}: {bomb}: its {archive.MANIFEST_NAME} is {size} bytes, more "
+            f"slime-flashqla cache {action}: {bomb}: its {MANIFEST_NAME} is {size} bytes, more "
             "than a manifest may be (64 MiB); not a kernel cache this slime-flashqla wrote"
         ]
         # Read whole, it took twice its size (512 MiB more); refused, what any refusal takes.
         assert peak_mib < baseline_mib + 32, (peak_mib, baseline_mib)
     assert not (tmp_path / "tl").exists()
+
+
+# --- ND2: members are checked as they are read, so a member-count bomb costs what one member costs ---------
+
+
+def member_count_bomb(source: Path, path: Path, count: int) -> Path:
+    """`source`'s manifest, then `count` empty members it does not list, gzipped (one header repeated: a few KiB)."""
+    with tarfile.open(source) as tar:
+        first = tar.next()
+        manifest = tar.extractfile(first).read()
+    padding = b"\0" * (-len(manifest) % tarfile.BLOCKSIZE)
+    header = tarfile.TarInfo("tilelang/x/unlisted").tobuf(tarfile.GNU_FORMAT)
+    with gzip.open(path, "wb", compresslevel=1) as out:
+        out.write(first.tobuf(tarfile.GNU_FORMAT) + manifest + padding)
+        for start in range(0, count, 1000):
+            out.write(header * min(1000, count - start))
+        out.write(b"\0" * 2 * tarfile.BLOCKSIZE)
+    return path
+
+
+def test_a_member_count_bomb_is_refused_at_its_first_unlisted_member(source, tmp_path):
+    bomb = member_count_bomb(source, tmp_path / "many.tar.gz", 200_000)
+    one = member_count_bomb(source, tmp_path / "one.tar.gz", 1)
+    extra = ["--tilelang-dir", tmp_path / "tl", "--triton-dir", tmp_path / "tr"]
+    _, _, baseline_mib = refused_with_peak_memory("import", one, *extra)
+    returncode, lines, peak_mib = refused_with_peak_memory("import", bomb, *extra)
+    assert returncode == 2 and lines == [
+        f"slime-flashqla cache import: {bomb}: refusing member 'tilelang/x/unlisted': not listed in the manifest; "
+        "nothing was imported"
+    ]
+    # Every header read first took 0.7 KiB a member (140 MiB here); checked as read, what one such member takes.
+    assert peak_mib < baseline_mib + 32, (peak_mib, baseline_mib)
+    assert not (tmp_path / "tl").exists() and not (tmp_path / "tr").exists()
 
 
 # --- D7: every field import and info read has the type they read it as -------------------------------------
@@ -172,8 +205,7 @@ def test_a_deeply_nested_manifest_is_refused(source, tmp_path):
     done = cache_cli("info", bad)
     assert done.returncode == 2, done.stderr
     assert (
-        done.stderr
-        == f"slime-flashqla cache info: {bad}: its {archive.MANIFEST_NAME} is nested too deeply to be a manifest\n"
+        done.stderr == f"slime-flashqla cache info: {bad}: its {MANIFEST_NAME} is nested too deeply to be a manifest\n"
     )
 
 
@@ -269,3 +301,29 @@ def test_a_symlink_in_the_cache_is_never_written_through(source, tmp_path, where
     with pytest.raises(ArchiveError, match=rf"{target['tilelang'] / where} in the cache is a symbolic link"):
         import_archive(bad, target)
     assert list(outside.iterdir()) == []
+
+
+# --- ND18: the import lock is never taken through a symbolic link in the cache ------------------------------
+
+
+@pytest.mark.parametrize("link", ["lock folder", "lock file"])
+def test_the_import_lock_is_never_taken_through_a_symlink(source, tmp_path, link):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = targets(tmp_path / "t")
+    locks = target["triton"] / "slime-flashqla-locks"  # the Triton cache: no archive member goes there
+    if link == "lock folder":
+        target["triton"].mkdir(parents=True)
+        locks.symlink_to(outside)
+        named = locks
+    else:
+        locks.mkdir(parents=True)
+        (locks / "cache-import.lock").symlink_to(outside / "created-by-import")
+        named = locks / "cache-import.lock"
+    done = cache_cli("import", source, "--tilelang-dir", target["tilelang"], "--triton-dir", target["triton"])
+    assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+    assert done.stderr.splitlines() == [
+        f"slime-flashqla cache import: {named}: a symbolic link; a lock is never taken through one (remove it)"
+    ]
+    assert list(outside.iterdir()) == []
+    assert [name for name in files_under(tmp_path / "t") if "slime-flashqla-locks" not in name] == []

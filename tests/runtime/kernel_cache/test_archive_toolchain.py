@@ -19,14 +19,9 @@ from pathlib import Path
 import pytest
 
 from helpers.kernel_cache_files import make_caches, rewrite
-from slime_flashqla.kernel_cache.archive import (
-    StackMismatch,
-    current_stack,
-    export_archive,
-    import_archive,
-    read_manifest,
-    stack_mismatches,
-)
+from slime_flashqla.kernel_cache.archive import export_archive, import_archive
+from slime_flashqla.kernel_cache.manifest import read_manifest
+from slime_flashqla.kernel_cache.stack import StackMismatch, current_stack, stack_mismatches
 from slime_flashqla.kernels import cuda_toolchain
 
 NVCC_OUTPUT = """nvcc: NVIDIA (R) Cuda compiler driver
