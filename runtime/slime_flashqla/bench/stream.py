@@ -219,6 +219,7 @@ def build_plan(args: argparse.Namespace) -> StreamPlan:
         ("--timeout", args.timeout, 1, None),
     )
     check_seed(StreamInputError, args.seed)
+    _check_preload_setting()
     # Defaults the user did not set follow the limits the user did set (--max-tokens 256 on a CPU).
     min_len, median_len = derived_lengths(args.max_tokens, args.min_len, args.median_len)
     try:
@@ -247,6 +248,16 @@ def build_plan(args: argparse.Namespace) -> StreamPlan:
         timeout=args.timeout,
         outputs=outputs,
     )
+
+
+def _check_preload_setting() -> None:
+    """A bad SLIME_FLASHQLA_PRELOAD, refused here: the workers' layers would each fail on it."""
+    from slime_flashqla.kernels.preload import PreloadSettingError, preload_mode
+
+    try:
+        preload_mode()
+    except PreloadSettingError as error:
+        raise StreamInputError(str(error)) from None
 
 
 def _problems(plan: StreamPlan) -> dict[str, str]:

@@ -59,6 +59,7 @@ def register(subparsers) -> None:
 def build_tasks(args):
     """The warm-up tasks the arguments describe (validated before anything runs)."""
     from slime_flashqla.kernel_cache.warmup import MAX_TOKENS, WARMUP_BACKENDS, WarmupTask, warmup_parts
+    from slime_flashqla.kernels.preload import preload_mode
     from slime_flashqla.workload.heads import parse_heads
     from slime_flashqla.workload.models import model_rank_heads
 
@@ -72,6 +73,7 @@ def build_tasks(args):
         raise ValueError(f"unknown backend(s) {', '.join(unknown)}; choose from {', '.join(WARMUP_BACKENDS)}")
     if not 64 <= args.max_tokens <= MAX_TOKENS:
         raise ValueError(f"--max-tokens must be between 64 and {MAX_TOKENS} tokens, got {args.max_tokens}")
+    preload_mode()  # a bad SLIME_FLASHQLA_PRELOAD would fail every layer a part builds, or pass unseen
     if args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     layouts = (True, False) if args.dense else (True,)

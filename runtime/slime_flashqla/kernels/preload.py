@@ -60,6 +60,17 @@ def preload_mode(environ=None) -> str:
     return _MODES[value]
 
 
+def preload_setting(environ=None) -> str:
+    """SLIME_FLASHQLA_PRELOAD as `doctor` shows it: the mode and the value, or INVALID and how to fix it."""
+    environ = os.environ if environ is None else environ
+    try:
+        mode = preload_mode(environ)
+    except PreloadSettingError as error:
+        return f"INVALID: {error}"
+    value = environ.get(PRELOAD_ENV)
+    return f"{mode} ({PRELOAD_ENV} unset)" if value is None else f"{mode} ({PRELOAD_ENV}={value!r})"
+
+
 def record_dir(cache_dir) -> Path:
     """Where `warmup` writes what a preload may load."""
     return Path(cache_dir) / RECORD_DIR

@@ -305,3 +305,12 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_worker(tmp_
     assert bench(*TINY, option, str(tmp_path / name)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
+
+
+def test_a_bad_preload_setting_is_refused_before_any_worker_starts(capsys, monkeypatch):
+    """Issue 34 ND24: the worker started first and the run ended rc 1 with the error in a row."""
+    monkeypatch.setattr(stream, "run_worker", lambda *a: pytest.fail("a worker started"))
+    monkeypatch.setenv("SLIME_FLASHQLA_PRELOAD", "maybe")
+    assert bench(*TINY) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "SLIME_FLASHQLA_PRELOAD='maybe': use 1" in err[0]

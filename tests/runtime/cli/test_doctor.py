@@ -184,3 +184,16 @@ def test_doctor_reports_what_the_installed_flashqla_release_runs(tmp_path, relea
         [sys.executable, "-m", "slime_flashqla", "doctor"], capture_output=True, text=True, timeout=300, env=wide
     ).stdout
     assert any("FlashQLA support" in row and line in row for row in table.splitlines()), table
+
+
+def test_doctor_shows_the_kernel_preload_setting_and_a_bad_one():
+    """Issue 34 ND24: doctor did not show SLIME_FLASHQLA_PRELOAD at all."""
+    import os
+
+    done = subprocess.run(
+        [sys.executable, "-m", "slime_flashqla", "doctor", "--json"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "SLIME_FLASHQLA_PRELOAD": "maybe"},
+    )  # fmt: skip
+    report = json.loads(done.stdout)
+    assert report["kernel_preload"].startswith("INVALID: SLIME_FLASHQLA_PRELOAD='maybe'")
+    assert ("kernel preload", report["kernel_preload"]) in report_rows(report)

@@ -214,3 +214,11 @@ def test_lengths_take_the_shared_shape_grammar_and_warmups_own_bound():
         parse_lengths("40+-1")
     with pytest.raises(ValueError, match="a batch holds at most 4194304 tokens"):
         parse_lengths("4000000+4000000")
+
+
+def test_a_bad_preload_setting_is_refused_before_any_work(tmp_path, monkeypatch):
+    """Issue 34 ND24: `warmup --backends torch` ran rc 0 without a word about SLIME_FLASHQLA_PRELOAD=maybe."""
+    monkeypatch.setenv("SLIME_FLASHQLA_PRELOAD", "maybe")
+    line = refusal(warmup(tmp_path, "--heads", "2/4", check=False))
+    assert "SLIME_FLASHQLA_PRELOAD='maybe': use 1" in line
+    assert not (tmp_path / "cache" / "slime-flashqla-locks").exists()
