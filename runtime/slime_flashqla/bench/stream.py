@@ -9,7 +9,6 @@ the libraries' own hooks and logs: kernels/compile_log.py). Every variant runs t
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import statistics
@@ -34,6 +33,7 @@ from slime_flashqla.bench.stream_progress import ProgressFile, StreamProgress
 from slime_flashqla.bench.stream_worker import StreamJob
 from slime_flashqla.bench.variants import VARIANTS, Variant, variant_problem
 from slime_flashqla.errors import UserError
+from slime_flashqla.files.child_logs import KeptLogs, exit_words, log_tail
 from slime_flashqla.gdn.names import BACKENDS
 from slime_flashqla.terminal import print_table, table_console
 from slime_flashqla.workload.heads import HeadConfig, parse_heads
@@ -302,13 +302,13 @@ def run_worker(job: StreamJob, log_path: Path, timeout: float, cache_dir: str | 
                 process.kill()
                 process.wait()
     if returncode is None:
-        return {"error": f"timed out after {timeout:.0f} s (see {log_path})"}
+        return {"error": f"timed out after {timeout:.0f} s"}
     path = Path(job.result)
     if not path.exists():
-        return {"error": f"the worker exited with {returncode} and wrote no result (see {log_path})"}
+        return {"error": f"the worker {exit_words(returncode)} and wrote no result"}
     result = json.loads(path.read_text())
     if returncode and "error" not in result:
-        result["error"] = f"the worker exited with {returncode} (see {log_path})"
+        result["error"] = f"the worker {exit_words(returncode)}"
     return result
 
 
@@ -385,6 +385,9 @@ def summary_cells(summary: list[dict]) -> list[list[str]]:
         if "error" in item:
             cells.append([item["heads"], item["variant"], *["-"] * 7, f"ERROR {item['error']}"])
             continue
+        if "interrupted" in item:
+            cells.append([item["heads"], item["variant"], *["-"] * 7, f"INTERRUPTED {item['interrupted']}"])
+            continue
         what = {**item["compiled_after_warmup"], **item["autotuned_after_warmup"]}
         cells.append(
             [
@@ -430,9 +433,34 @@ def plot_steps(steps: list[dict], path: str, title: str) -> str | None:
     return None
 
 
-def run_plan(plan: StreamPlan, workdir: Path, progress: StreamProgress) -> tuple[list[dict], list[dict]]:
-    """Run every (heads, variant) in its own process; return (steps, summary)."""
-    steps, summary = [], []
+@dataclass
+class StreamRun:
+    """What a run has produced so far: kept whole when it is interrupted."""
+
+    steps: list[dict] = field(default_factory=list)
+    summary: list[dict] = field(default_factory=list)
+    running: tuple[str, str] | None = None  # (variant, heads) whose worker runs now
+    running_steps: list[tuple[int, float]] = field(default_factory=list)  # its steps so far
+
+    def interrupted(self, packs: list[tuple[int, ...]]) -> None:
+        """File the running variant's steps and an `interrupted` summary entry for it."""
+        if self.running is None:
+            return
+        variant, heads = self.running
+        for index, seconds in self.running_steps:
+            lengths = packs[index]
+            self.steps.append({"variant": variant, "heads": heads, "step": index, "tokens": sum(lengths),
+                               "sequences": len(lengths), "seconds": seconds, "events": []})  # fmt: skip
+        done = len(self.running_steps)
+        self.summary.append(
+            {"variant": variant, "heads": heads, "interrupted": f"after {done} of {len(packs)} steps",
+             "steps_done": done}
+        )  # fmt: skip
+        self.running = None
+
+
+def run_plan(plan: StreamPlan, workdir: Path, progress: StreamProgress, run: StreamRun, logs: KeptLogs) -> None:
+    """Run every (heads, variant) in its own process, filing steps and summary into `run` as each ends."""
     for heads in plan.heads:
         for variant in plan.variants:
             tag = f"{variant.name}-{heads.key_heads}-{heads.value_heads}"
@@ -440,20 +468,29 @@ def run_plan(plan: StreamPlan, workdir: Path, progress: StreamProgress) -> tuple
             job = plan.job(variant, heads, workdir / f"{tag}.result.json")
             log_path = workdir / f"{tag}.log"
             progress.start(label)
-            on_step = functools.partial(progress.step, label)
+            run.running, run.running_steps = (variant.name, heads.label), []
+
+            def on_step(index, seconds, label=label):
+                run.running_steps.append((index, seconds))
+                progress.step(label, index, seconds)
+
             result = run_worker(job, log_path, plan.timeout, plan.cache_dir, on_step)
+            run.running = None
             if "error" in result:
-                tail = log_path.read_text().strip().splitlines()[-3:] if log_path.exists() else []
-                item = {"variant": variant.name, "heads": heads.label, "error": result["error"], "log_tail": tail}
+                kept = logs.keep(log_path, tag)
+                item = {"variant": variant.name, "heads": heads.label, "log_tail": log_tail(log_path)}
+                last = item["log_tail"][-1:] or ["(empty)"]
+                where = f"log: {kept}" if kept else "no log"
+                item["error"] = f"{result['error']} (last log line: {last[0]}; {where})"
+                item["log"] = str(kept) if kept else None
             else:
                 item = summarize(result)
                 for step in result["steps"]:
                     row = {key: step[key] for key in ("step", "tokens", "sequences", "seconds")}
-                    steps.append({"variant": variant.name, "heads": heads.label, **row, "events": step["events"]})
-            summary.append(item)
+                    run.steps.append({"variant": variant.name, "heads": heads.label, **row, "events": step["events"]})
+            run.summary.append(item)
             progress.note(_summary_line(label, item))
-        summary += [{"variant": name, "heads": heads.label, "skipped": why} for name, why in plan.skipped.items()]
-    return steps, summary
+        run.summary += [{"variant": name, "heads": heads.label, "skipped": why} for name, why in plan.skipped.items()]
 
 
 def _summary_line(label: str, item: dict) -> str:
@@ -497,15 +534,29 @@ def main(args: argparse.Namespace) -> int:
 
     console = table_console(args.plain)
     env = environment(torch.device(plan.setup.device), "slime_flashqla.bench.stream")
+    run = StreamRun()
+    logs = KeptLogs(plan.outputs.get("json"), "slime-flashqla-stream-logs-")
     workdir = tempfile.TemporaryDirectory(prefix="slime-flashqla-stream-")
-    with workdir as tmp, StreamProgress(console, plan.steps) as progress:
-        steps, summary = run_plan(plan, Path(tmp), progress)
+    try:
+        with workdir as tmp, StreamProgress(console, plan.steps) as progress:
+            run_plan(plan, Path(tmp), progress, run, logs)
+    except KeyboardInterrupt:
+        # Ctrl-C: what ran is kept, marked incomplete (SIGTERM, a container stopping, writes nothing).
+        run.interrupted(packs)
+        _report(plan, args, env, console, run, complete=False)
+        raise
+    return _report(plan, args, env, console, run, complete=True)
+
+
+def _report(plan: StreamPlan, args, env: dict, console, run: StreamRun, complete: bool) -> int:
+    """Print the table and write --json and --plot; 1 when a variant (or the PNG) failed."""
+    steps, summary = run.steps, run.summary
     where = env["gpu"] or f"CPU ({env['cpu']})"
-    print_table(
-        console, f"bench stream on {where}: {plan.level}, {plan.steps} steps", SUMMARY_HEADERS, summary_cells(summary)
-    )
+    title = f"bench stream on {where}: {plan.level}, {plan.steps} steps" + ("" if complete else " (INTERRUPTED)")
+    print_table(console, title, SUMMARY_HEADERS, summary_cells(summary))
     if args.json:
         report = {
+            "complete": complete,
             "environment": env,
             "settings": {
                 **asdict(plan.packs),
@@ -525,8 +576,8 @@ def main(args: argparse.Namespace) -> int:
             "summary": summary,
         }
         write_output(plan.outputs["json"], json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
-    if args.plot:
+        print(f"wrote {args.json}" + ("" if complete else " (incomplete: interrupted)"), flush=True)
+    if args.plot and complete:
         title = f"{plan.level} steps on {where}"
         problem = plot_steps(steps, plan.outputs["plot"], title) if steps else "no steps to plot"
         if problem:
