@@ -195,7 +195,7 @@ def check_arguments(args) -> str:
     if args.backend not in BACKENDS:
         raise ValueError(f"unknown GDN backend {args.backend!r}; valid names are: {', '.join(BACKENDS)}")
     if not torch.cuda.is_available():
-        raise ValueError("needs a CUDA GPU: it times a GDN layer's first step on one (torch.cuda.is_available() is False)")
+        raise ValueError("needs a CUDA GPU: it times a GDN layer's first step (torch.cuda.is_available() is False)")
     get_chunk_gated_delta_rule(args.backend)  # a backend this node cannot run, said before the child starts
     return "+".join(map(str, lengths))
 
