@@ -30,7 +30,7 @@ from slime_flashqla.bench.options import (
 )
 from slime_flashqla.bench.report import environment
 from slime_flashqla.bench.stream_progress import ProgressFile, StreamProgress
-from slime_flashqla.bench.stream_worker import StreamJob
+from slime_flashqla.bench.stream_worker import NOGRAD_PASSES, StreamJob
 from slime_flashqla.bench.variants import VARIANTS, Variant, variant_problem
 from slime_flashqla.errors import UserError
 from slime_flashqla.files.child_logs import KeptLogs, exit_words, log_tail
@@ -50,6 +50,9 @@ from slime_flashqla.workload.packs import (
 from slime_flashqla.workload.setup import DTYPES, LAYER_MODELS, LayerSetup
 
 LEVELS = ("layer", "kernel")
+# train: one forward+backward per step. rl: as slime's actor runs an RL step, two forward-only passes
+# under no_grad (the actor's and the reference model's log-probs), then forward+backward.
+MODES = ("train", "rl")
 # Ours and slime's two paths. A layer: slime's own layer class with --qwen-gdn-backend flashqla and
 # with its default fla. A kernel: FlashQLA's own function with q/k repeated (slime's FlashQLA path),
 # and FLA's public function with q/k repeated and FLA_FLASH_QLA=0 (slime's default path).
@@ -81,6 +84,7 @@ class StreamPlan:
     packs: PackDistribution
     cache_dir: str | None = None
     timeout: float = 3600.0
+    mode: str = "train"  # one of MODES
     jobs: list[StreamJob] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # variant -> why it cannot run here
     outputs: dict[str, Path] = field(default_factory=dict)  # --json/--plot -> the file it writes, checked
@@ -97,6 +101,7 @@ class StreamPlan:
             spawned=0.0,
             result=str(result),
             env=dict(variant.env),
+            mode=self.mode,
         )
 
 
@@ -107,6 +112,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--steps", type=int, default=200, help=f"training steps per variant, 2 to {MAX_STEPS} (default 200)"
     )
     parser.add_argument("--level", choices=LEVELS, default="layer", help="a whole GDN layer (default) or the kernel")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="train",
+        help="what a step runs: train, one forward+backward (default); rl, as slime's actor runs an RL step, "
+        f"{NOGRAD_PASSES} forward-only passes under no_grad (the log-probs), then forward+backward",
+    )
     parser.add_argument("--heads", default="", help="comma list of Hk/Hv per rank (default 16/32)")
     parser.add_argument("--model", action="append", default=[], help="model name or config.json, as warmup takes it")
     parser.add_argument("--tp", help="comma list of tensor-parallel sizes for --model (default 1)")
@@ -240,6 +252,7 @@ def build_plan(args: argparse.Namespace) -> StreamPlan:
     return StreamPlan(
         setup=layer_setup(args, device),
         level=args.level,
+        mode=args.mode,
         heads=_heads(args),
         variants=_variants(args),
         steps=args.steps,
@@ -344,6 +357,9 @@ def summarize(result: dict) -> dict:
         "heads": result["job"]["heads"],
         "level": result["job"]["level"],
         "first_step_s": first_step_s,
+        # Step 0's own parts (rl mode): its forward-only passes, then its forward+backward.
+        "first_step_nograd_s": sum(steps[0]["nograd_seconds"]) if "nograd_seconds" in steps[0] else None,
+        "first_step_train_s": steps[0].get("train_seconds", steps[0]["seconds"]),
         "steady_median_s": median,
         # Steps after the first only: the first step's loads are in first_step_s.
         "stall_s": sum(max(0.0, step["seconds"] - STALL_FACTOR * median) for step in later),
@@ -393,7 +409,7 @@ def summary_cells(summary: list[dict]) -> list[list[str]]:
             [
                 item["heads"],
                 item["variant"],
-                f"{item['first_step_s']:.2f}",
+                _first_step_cell(item),
                 f"{item['steady_median_s'] * 1e3:.2f}",
                 f"{item['stall_s']:.2f}",
                 f"{item['total_s']:.2f}",
@@ -404,6 +420,14 @@ def summary_cells(summary: list[dict]) -> list[list[str]]:
             ]
         )
     return cells
+
+
+def _first_step_cell(item: dict) -> str:
+    """The first step's seconds, with its no-grad and training parts in rl mode."""
+    if item.get("first_step_nograd_s") is None:
+        return f"{item['first_step_s']:.2f}"
+    nograd, train = item["first_step_nograd_s"], item["first_step_train_s"]
+    return f"{item['first_step_s']:.2f} (no-grad {nograd:.2f}, train {train:.2f})"
 
 
 def plot_steps(steps: list[dict], path: str, title: str) -> str | None:
@@ -459,6 +483,9 @@ class StreamRun:
         self.running = None
 
 
+STEP_KEYS = ("step", "tokens", "sequences", "seconds", "nograd_seconds", "train_seconds")
+
+
 def run_plan(plan: StreamPlan, workdir: Path, progress: StreamProgress, run: StreamRun, logs: KeptLogs) -> None:
     """Run every (heads, variant) in its own process, filing steps and summary into `run` as each ends."""
     for heads in plan.heads:
@@ -486,7 +513,7 @@ def run_plan(plan: StreamPlan, workdir: Path, progress: StreamProgress, run: Str
             else:
                 item = summarize(result)
                 for step in result["steps"]:
-                    row = {key: step[key] for key in ("step", "tokens", "sequences", "seconds")}
+                    row = {key: step[key] for key in STEP_KEYS if key in step}
                     run.steps.append({"variant": variant.name, "heads": heads.label, **row, "events": step["events"]})
             run.summary.append(item)
             progress.note(_summary_line(label, item))
@@ -497,11 +524,20 @@ def _summary_line(label: str, item: dict) -> str:
     """One variant's result in a line, printed as soon as its worker is done."""
     if "error" in item:
         return f"  {label}: ERROR {item['error']}"
+    split = ""
+    if item.get("first_step_nograd_s") is not None:
+        split = (
+            f" (its no-grad passes {item['first_step_nograd_s']:.2f} s, training {item['first_step_train_s']:.2f} s)"
+        )
     return (
-        f"  {label}: first step {item['first_step_s']:.2f} s, steady {item['steady_median_s'] * 1e3:.2f} ms, "
+        f"  {label}: first step {item['first_step_s']:.2f} s{split}, steady {item['steady_median_s'] * 1e3:.2f} ms, "
         f"stalls {item['stall_s']:.2f} s, {item['compiles_after_warmup']} compile(s) and "
         f"{item['autotunes_after_warmup']} autotune(s) after step 0"
     )
+
+
+def _mode_words(mode: str) -> str:
+    return "steps" if mode == "train" else f"rl steps ({NOGRAD_PASSES} no-grad forwards + forward+backward)"
 
 
 def _refusal(problems: dict[str, str]) -> str:
@@ -523,8 +559,9 @@ def main(args: argparse.Namespace) -> int:
     packs = plan.packs.packs(plan.steps)
     tokens = [sum(p) for p in packs]
     print(
-        f"bench stream: {plan.steps} {plan.level} steps per variant, packs of {min(tokens)}-{max(tokens)} tokens "
-        f"in {min(map(len, packs))}-{max(map(len, packs))} sequences (seed {plan.setup.seed}); variants "
+        f"bench stream: {plan.steps} {plan.level} {_mode_words(plan.mode)} per variant, "
+        f"packs of {min(tokens)}-{max(tokens)} tokens in {min(map(len, packs))}-{max(map(len, packs))} sequences "
+        f"(seed {plan.setup.seed}); variants "
         f"{', '.join(v.name for v in plan.variants)}; heads {', '.join(h.label for h in plan.heads)}",
         flush=True,
     )
@@ -562,6 +599,7 @@ def _report(plan: StreamPlan, args, env: dict, console, run: StreamRun, complete
                 **asdict(plan.packs),
                 "steps": plan.steps,
                 "level": plan.level,
+                "mode": plan.mode,
                 "dtype": plan.setup.dtype,
                 "head_dim": plan.setup.head_dim,
                 "hidden_size": plan.setup.hidden_size,

@@ -320,27 +320,30 @@ def test_a_bad_preload_setting_is_refused_before_any_worker_starts(capsys, monke
 LONG = (*TINY[:-1], "--steps", "10000")  # TINY with steps enough to be interrupted mid-run (--plain kept below)
 
 
-def _stream_workers() -> list[int]:
-    """Pids of this machine's bench stream worker processes started by this test's children."""
+def _stream_workers(parent: int | None = None) -> dict[int, Path]:
+    """{pid: its run's temp folder} of bench stream worker processes (children of `parent`, or of this process)."""
     import os
 
-    found = []
+    parent = os.getpid() if parent is None else parent
+    found = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                    if b"slime_flashqla.bench.stream_worker" in handle.read():
-                        found.append(int(entry))
+                    command = handle.read()
+                with open(f"/proc/{entry}/stat") as handle:
+                    ppid = int(handle.read().rpartition(")")[2].split()[1])
             except OSError:
-                pass
+                continue
+            if b"slime_flashqla.bench.stream_worker" in command and ppid == parent:
+                found[int(entry)] = Path(command.split(b"\0")[3].decode()).parent
     return found
 
 
-def _temp_workdirs() -> set[str]:
+def _alive(pids) -> list[int]:
     import os
-    import tempfile
 
-    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("slime-flashqla-stream-")}
+    return [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
 
 
 def test_a_failed_variant_keeps_its_log_beside_the_json_and_says_its_last_line(tmp_path, capsys):
@@ -387,7 +390,6 @@ def test_ctrl_c_keeps_the_steps_run_and_the_summary_marked_incomplete(tmp_path):
     import signal
 
     path = tmp_path / "sp.json"
-    before = _temp_workdirs()
     proc = subprocess.Popen(
         [sys.executable, "-m", "slime_flashqla", "bench", "stream", *LONG, "--plain", "--json", str(path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -396,6 +398,7 @@ def test_ctrl_c_keeps_the_steps_run_and_the_summary_marked_incomplete(tmp_path):
         if "step 1/10000" in line:
             break
     time.sleep(1.0)
+    workers = _stream_workers(proc.pid)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -406,7 +409,7 @@ def test_ctrl_c_keeps_the_steps_run_and_the_summary_marked_incomplete(tmp_path):
     (item,) = report["summary"]
     assert item["variant"] == "torch" and item["interrupted"] and item["steps_done"] == len(steps)
     assert "interrupted" in err and "incomplete" in out
-    assert not _stream_workers() and _temp_workdirs() <= before
+    assert workers and not _alive(workers) and not any(folder.exists() for folder in workers.values())
 
 
 def test_sigterm_stops_the_run_and_writes_nothing(tmp_path):
@@ -414,7 +417,6 @@ def test_sigterm_stops_the_run_and_writes_nothing(tmp_path):
     import signal
 
     path = tmp_path / "st.json"
-    before = _temp_workdirs()
     proc = subprocess.Popen(
         [sys.executable, "-m", "slime_flashqla", "bench", "stream", *LONG, "--plain", "--json", str(path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -422,7 +424,35 @@ def test_sigterm_stops_the_run_and_writes_nothing(tmp_path):
     for line in proc.stdout:
         if "step 1/10000" in line:
             break
+    workers = _stream_workers(proc.pid)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and "terminated (SIGTERM)" in err
-    assert not path.exists() and not _stream_workers() and _temp_workdirs() <= before
+    assert not path.exists() and workers and not _alive(workers)
+    assert not any(folder.exists() for folder in workers.values())
+
+
+def test_rl_mode_runs_two_no_grad_forwards_then_training_and_splits_the_first_step(tmp_path, capsys):
+    """Issue 31: slime's actor runs two forward-only passes (log-probs) before each training step."""
+    path = tmp_path / "rl.json"
+    assert stream.main(parse(*TINY, "--mode", "rl", "--json", str(path))) == 0
+    report = json.loads(path.read_text())
+    assert report["settings"]["mode"] == "rl"
+    for step in report["steps"]:
+        assert len(step["nograd_seconds"]) == 2 and step["train_seconds"] > 0
+        assert step["seconds"] == pytest.approx(sum(step["nograd_seconds"]) + step["train_seconds"])
+    (item,) = report["summary"]
+    first = report["steps"][0]
+    assert item["first_step_nograd_s"] == pytest.approx(sum(first["nograd_seconds"]))
+    assert item["first_step_train_s"] == pytest.approx(first["train_seconds"])
+    assert item["first_step_s"] > item["first_step_nograd_s"] + item["first_step_train_s"]
+    out = capsys.readouterr().out
+    assert "rl steps (2 no-grad forwards + forward+backward)" in out
+    assert "first step" in out and "no-grad" in out
+
+
+def test_the_default_mode_is_one_training_step_with_no_split():
+    plan = stream.build_plan(parse(*TINY))
+    assert plan.mode == "train" and plan.job(plan.variants[0], plan.heads[0], "r.json").mode == "train"
+    with pytest.raises(SystemExit):
+        parse(*TINY, "--mode", "eval")
