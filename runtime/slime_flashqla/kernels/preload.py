@@ -76,7 +76,7 @@ def record_dir(cache_dir) -> Path:
     return Path(cache_dir) / RECORD_DIR
 
 
-def _source(backend: str):
+def kernel_source(backend: str):
     """The backend's source of recorded specialisations, or None (it keeps none)."""
     from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 
@@ -109,7 +109,7 @@ def recording(task, cache_dir):
     Never raises for the recording itself: a warm-up is not failed because its record could not
     be written (one warning line says so, and a later preload then has less to load).
     """
-    source = _source(task.backend)
+    source = kernel_source(task.backend)
     # What a layer preloads is what the layer's own steps built. The forced kernel paths also
     # build what FlashQLA's choice never picked for a warmed pack; the state variants are
     # `check`'s (a layer passes no state).
@@ -330,7 +330,7 @@ def _plan(backend: str, key_heads: int, value_heads: int, mode: str, device, cac
         from slime_flashqla.gdn.backends.auto import explain_auto
 
         name = explain_auto(key_heads=key_heads, value_heads=value_heads).backend
-    source = _source(name)
+    source = kernel_source(name)
     if source is None:
         return Plan(note=f"the {name} backend keeps no recorded specialisations")
     recorded = recorded_specs(cache_dir, name, key_heads, value_heads)
