@@ -63,11 +63,15 @@ class Timings:
         return wrapper
 
 
-def _patch_tilelang(timings: Timings) -> None:
-    from tilelang.cache.kernel_cache import KernelCache
+def _patch_tilelang_jit(timings: Timings) -> None:
     from tilelang.jit import JITImpl
 
     JITImpl.get_tir = timings.timed("tilelang program rebuild", JITImpl.get_tir)
+
+
+def _patch_tilelang_cache(timings: Timings) -> None:
+    from tilelang.cache.kernel_cache import KernelCache
+
     KernelCache._load_kernel_from_disk = timings.timed("tilelang cache load", KernelCache._load_kernel_from_disk)
 
 
@@ -121,7 +125,9 @@ def child(args) -> int:
     timings = Timings()
     finder = _AfterImport(
         {
-            "tilelang.cache.kernel_cache": lambda: _patch_tilelang(timings),
+            # Each right after its own module ran: tilelang.jit imports the cache while it initialises.
+            "tilelang.jit": lambda: _patch_tilelang_jit(timings),
+            "tilelang.cache.kernel_cache": lambda: _patch_tilelang_cache(timings),
             "triton.compiler.compiler": lambda: _patch_triton(timings),
         }
     )
