@@ -19,10 +19,10 @@ def register(subparsers) -> None:
         "warmup",
         help="compile FlashQLA/FLA kernels for head configurations into a persistent cache (one compile per node)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Each configuration is warmed in parts, each its own process:\n"
-        f"  layer                  {PART_PURPOSE['layer']}\n"
+        epilog="Each configuration is warmed in parts, each its own process (--json lists them):\n"
+        f"  layer                    {PART_PURPOSE['layer']}\n"
         f"  no-cp, intra-cp, kernel  {PART_PURPOSE['paths']}\n"
-        f"  ...+states             {PART_PURPOSE['+states']}",
+        f"  <path>+states            {PART_PURPOSE['+states']}",
     )
     parser.add_argument("--model", action="append", default=[], help="model name or path to its config.json")
     parser.add_argument("--tp", help="comma list of tensor-parallel sizes for --model (default 1)")
