@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from slime_flashqla.files.child_logs import exit_words
+
 CHILD = """
 import json, logging, sys, time
 started = time.time()
@@ -131,7 +133,8 @@ def time_first_step(backend: str, heads: str, lengths: str, profile: str | None 
     for line in stderr:
         if not line.startswith("import time:"):
             print(line, file=sys.stderr)
-    child.check_returncode()  # after its output is shown: the reason a failed child died
+    if child.returncode:  # after its output is shown: the reason a failed child died
+        raise ChildFailed(f"the measuring process {exit_words(child.returncode)} (its output is above)")
     report["imports_by_package"] = imports_by_package(stderr)
     finished = report.pop("finished")
     phases = {"interpreter start": round(report.pop("started") - start, 3), **report["phases"]}
@@ -153,15 +156,66 @@ def print_profile(path: str, top: int = 45) -> None:
     pstats.Stats(path).sort_stats("cumulative").print_stats(top)
 
 
-def main(argv=None) -> int:
-    """Run the measurement and print it as JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="flashqla")
-    parser.add_argument("--heads", default="16/32")
-    parser.add_argument("--lengths", default="8192+24576")
+PROG = "python -m slime_flashqla.bench.first_step"
+
+
+class ChildFailed(RuntimeError):
+    """The fresh process that measures the first step failed."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser, each option's help with its default."""
+    from slime_flashqla.gdn.names import BACKENDS
+
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="flashqla", help=f"GDN backend: {', '.join(BACKENDS)} (default flashqla)")
+    parser.add_argument("--heads", default="16/32", help="Hk/Hv of the layer (default 16/32)")
+    parser.add_argument(
+        "--lengths", default="8192+24576", help="the packed batch, '+'-joined lengths or AxB (default 8192+24576)"
+    )
     parser.add_argument("--profile", metavar="PATH", help="run the child under cProfile, dump to PATH, print the top")
-    args = parser.parse_args(argv)
-    result = time_first_step(args.backend, args.heads, args.lengths, args.profile)
+    return parser
+
+
+def check_arguments(args) -> str:
+    """The batch as the child takes it ('+'-joined lengths); ValueError naming the first problem, before any work."""
+    import torch
+
+    from slime_flashqla.gdn import get_chunk_gated_delta_rule
+    from slime_flashqla.workload.heads import parse_head_config
+    from slime_flashqla.workload.lengths import ShapeError, parse_shape
+
+    parse_head_config(args.heads)
+    try:
+        lengths = parse_shape(args.lengths).lengths
+    except ShapeError as error:
+        raise ValueError(f"--lengths: {error}") from None
+    from slime_flashqla.gdn.names import BACKENDS
+
+    if args.backend not in BACKENDS:
+        raise ValueError(f"unknown GDN backend {args.backend!r}; valid names are: {', '.join(BACKENDS)}")
+    if not torch.cuda.is_available():
+        raise ValueError("needs a CUDA GPU: it times a GDN layer's first step (torch.cuda.is_available() is False)")
+    get_chunk_gated_delta_rule(args.backend)  # a backend this node cannot run, said before the child starts
+    return "+".join(map(str, lengths))
+
+
+def main(argv=None) -> int:
+    """Run the measurement and print it as JSON; bad input or no GPU is one line on stderr and exit 2."""
+    from slime_flashqla.errors import one_line
+    from slime_flashqla.gdn.errors import FlashQLAUnavailableError
+
+    args = build_parser().parse_args(argv)
+    try:
+        lengths = check_arguments(args)
+    except (ValueError, ImportError, FlashQLAUnavailableError) as error:
+        print(f"{PROG}: {one_line(error)}", file=sys.stderr)
+        return 2
+    try:
+        result = time_first_step(args.backend, args.heads, lengths, args.profile)
+    except ChildFailed as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 1
     if args.profile:
         print_profile(args.profile)
     print(json.dumps({"backend": args.backend, "heads": args.heads, "lengths": args.lengths, **result}))

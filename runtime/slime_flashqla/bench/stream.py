@@ -9,7 +9,6 @@ the libraries' own hooks and logs: kernels/compile_log.py). Every variant runs t
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import statistics
@@ -31,9 +30,10 @@ from slime_flashqla.bench.options import (
 )
 from slime_flashqla.bench.report import environment
 from slime_flashqla.bench.stream_progress import ProgressFile, StreamProgress
-from slime_flashqla.bench.stream_worker import StreamJob
+from slime_flashqla.bench.stream_worker import NOGRAD_PASSES, StreamJob
 from slime_flashqla.bench.variants import VARIANTS, Variant, variant_problem
 from slime_flashqla.errors import UserError
+from slime_flashqla.files.child_logs import KeptLogs, exit_words, log_tail
 from slime_flashqla.gdn.names import BACKENDS
 from slime_flashqla.terminal import print_table, table_console
 from slime_flashqla.workload.heads import HeadConfig, parse_heads
@@ -50,6 +50,9 @@ from slime_flashqla.workload.packs import (
 from slime_flashqla.workload.setup import DTYPES, LAYER_MODELS, LayerSetup
 
 LEVELS = ("layer", "kernel")
+# train: one forward+backward per step. rl: as slime's actor runs an RL step, two forward-only passes
+# under no_grad (the actor's and the reference model's log-probs), then forward+backward.
+MODES = ("train", "rl")
 # Ours and slime's two paths. A layer: slime's own layer class with --qwen-gdn-backend flashqla and
 # with its default fla. A kernel: FlashQLA's own function with q/k repeated (slime's FlashQLA path),
 # and FLA's public function with q/k repeated and FLA_FLASH_QLA=0 (slime's default path).
@@ -81,6 +84,7 @@ class StreamPlan:
     packs: PackDistribution
     cache_dir: str | None = None
     timeout: float = 3600.0
+    mode: str = "train"  # one of MODES
     jobs: list[StreamJob] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # variant -> why it cannot run here
     outputs: dict[str, Path] = field(default_factory=dict)  # --json/--plot -> the file it writes, checked
@@ -97,6 +101,7 @@ class StreamPlan:
             spawned=0.0,
             result=str(result),
             env=dict(variant.env),
+            mode=self.mode,
         )
 
 
@@ -107,6 +112,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--steps", type=int, default=200, help=f"training steps per variant, 2 to {MAX_STEPS} (default 200)"
     )
     parser.add_argument("--level", choices=LEVELS, default="layer", help="a whole GDN layer (default) or the kernel")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="train",
+        help="what a step runs: train, one forward+backward (default); rl, as slime's actor runs an RL step, "
+        f"{NOGRAD_PASSES} forward-only passes under no_grad (the log-probs), then forward+backward",
+    )
     parser.add_argument("--heads", default="", help="comma list of Hk/Hv per rank (default 16/32)")
     parser.add_argument("--model", action="append", default=[], help="model name or config.json, as warmup takes it")
     parser.add_argument("--tp", help="comma list of tensor-parallel sizes for --model (default 1)")
@@ -219,6 +231,7 @@ def build_plan(args: argparse.Namespace) -> StreamPlan:
         ("--timeout", args.timeout, 1, None),
     )
     check_seed(StreamInputError, args.seed)
+    _check_preload_setting()
     # Defaults the user did not set follow the limits the user did set (--max-tokens 256 on a CPU).
     min_len, median_len = derived_lengths(args.max_tokens, args.min_len, args.median_len)
     try:
@@ -239,6 +252,7 @@ def build_plan(args: argparse.Namespace) -> StreamPlan:
     return StreamPlan(
         setup=layer_setup(args, device),
         level=args.level,
+        mode=args.mode,
         heads=_heads(args),
         variants=_variants(args),
         steps=args.steps,
@@ -247,6 +261,16 @@ def build_plan(args: argparse.Namespace) -> StreamPlan:
         timeout=args.timeout,
         outputs=outputs,
     )
+
+
+def _check_preload_setting() -> None:
+    """A bad SLIME_FLASHQLA_PRELOAD, refused here: the workers' layers would each fail on it."""
+    from slime_flashqla.kernels.preload import PreloadSettingError, preload_mode
+
+    try:
+        preload_mode()
+    except PreloadSettingError as error:
+        raise StreamInputError(str(error)) from None
 
 
 def _problems(plan: StreamPlan) -> dict[str, str]:
@@ -291,13 +315,13 @@ def run_worker(job: StreamJob, log_path: Path, timeout: float, cache_dir: str | 
                 process.kill()
                 process.wait()
     if returncode is None:
-        return {"error": f"timed out after {timeout:.0f} s (see {log_path})"}
+        return {"error": f"timed out after {timeout:.0f} s"}
     path = Path(job.result)
     if not path.exists():
-        return {"error": f"the worker exited with {returncode} and wrote no result (see {log_path})"}
+        return {"error": f"the worker {exit_words(returncode)} and wrote no result"}
     result = json.loads(path.read_text())
     if returncode and "error" not in result:
-        result["error"] = f"the worker exited with {returncode} (see {log_path})"
+        result["error"] = f"the worker {exit_words(returncode)}"
     return result
 
 
@@ -333,6 +357,9 @@ def summarize(result: dict) -> dict:
         "heads": result["job"]["heads"],
         "level": result["job"]["level"],
         "first_step_s": first_step_s,
+        # Step 0's own parts (rl mode): its forward-only passes, then its forward+backward.
+        "first_step_nograd_s": sum(steps[0]["nograd_seconds"]) if "nograd_seconds" in steps[0] else None,
+        "first_step_train_s": steps[0].get("train_seconds", steps[0]["seconds"]),
         "steady_median_s": median,
         # Steps after the first only: the first step's loads are in first_step_s.
         "stall_s": sum(max(0.0, step["seconds"] - STALL_FACTOR * median) for step in later),
@@ -374,12 +401,15 @@ def summary_cells(summary: list[dict]) -> list[list[str]]:
         if "error" in item:
             cells.append([item["heads"], item["variant"], *["-"] * 7, f"ERROR {item['error']}"])
             continue
+        if "interrupted" in item:
+            cells.append([item["heads"], item["variant"], *["-"] * 7, f"INTERRUPTED {item['interrupted']}"])
+            continue
         what = {**item["compiled_after_warmup"], **item["autotuned_after_warmup"]}
         cells.append(
             [
                 item["heads"],
                 item["variant"],
-                f"{item['first_step_s']:.2f}",
+                _first_step_cell(item),
                 f"{item['steady_median_s'] * 1e3:.2f}",
                 f"{item['stall_s']:.2f}",
                 f"{item['total_s']:.2f}",
@@ -390,6 +420,14 @@ def summary_cells(summary: list[dict]) -> list[list[str]]:
             ]
         )
     return cells
+
+
+def _first_step_cell(item: dict) -> str:
+    """The first step's seconds, with its no-grad and training parts in rl mode."""
+    if item.get("first_step_nograd_s") is None:
+        return f"{item['first_step_s']:.2f}"
+    nograd, train = item["first_step_nograd_s"], item["first_step_train_s"]
+    return f"{item['first_step_s']:.2f} (no-grad {nograd:.2f}, train {train:.2f})"
 
 
 def plot_steps(steps: list[dict], path: str, title: str) -> str | None:
@@ -419,9 +457,37 @@ def plot_steps(steps: list[dict], path: str, title: str) -> str | None:
     return None
 
 
-def run_plan(plan: StreamPlan, workdir: Path, progress: StreamProgress) -> tuple[list[dict], list[dict]]:
-    """Run every (heads, variant) in its own process; return (steps, summary)."""
-    steps, summary = [], []
+@dataclass
+class StreamRun:
+    """What a run has produced so far: kept whole when it is interrupted."""
+
+    steps: list[dict] = field(default_factory=list)
+    summary: list[dict] = field(default_factory=list)
+    running: tuple[str, str] | None = None  # (variant, heads) whose worker runs now
+    running_steps: list[tuple[int, float]] = field(default_factory=list)  # its steps so far
+
+    def interrupted(self, packs: list[tuple[int, ...]]) -> None:
+        """File the running variant's steps and an `interrupted` summary entry for it."""
+        if self.running is None:
+            return
+        variant, heads = self.running
+        for index, seconds in self.running_steps:
+            lengths = packs[index]
+            self.steps.append({"variant": variant, "heads": heads, "step": index, "tokens": sum(lengths),
+                               "sequences": len(lengths), "seconds": seconds, "events": []})  # fmt: skip
+        done = len(self.running_steps)
+        self.summary.append(
+            {"variant": variant, "heads": heads, "interrupted": f"after {done} of {len(packs)} steps",
+             "steps_done": done}
+        )  # fmt: skip
+        self.running = None
+
+
+STEP_KEYS = ("step", "tokens", "sequences", "seconds", "nograd_seconds", "train_seconds")
+
+
+def run_plan(plan: StreamPlan, workdir: Path, progress: StreamProgress, run: StreamRun, logs: KeptLogs) -> None:
+    """Run every (heads, variant) in its own process, filing steps and summary into `run` as each ends."""
     for heads in plan.heads:
         for variant in plan.variants:
             tag = f"{variant.name}-{heads.key_heads}-{heads.value_heads}"
@@ -429,31 +495,49 @@ def run_plan(plan: StreamPlan, workdir: Path, progress: StreamProgress) -> tuple
             job = plan.job(variant, heads, workdir / f"{tag}.result.json")
             log_path = workdir / f"{tag}.log"
             progress.start(label)
-            on_step = functools.partial(progress.step, label)
+            run.running, run.running_steps = (variant.name, heads.label), []
+
+            def on_step(index, seconds, label=label):
+                run.running_steps.append((index, seconds))
+                progress.step(label, index, seconds)
+
             result = run_worker(job, log_path, plan.timeout, plan.cache_dir, on_step)
+            run.running = None
             if "error" in result:
-                tail = log_path.read_text().strip().splitlines()[-3:] if log_path.exists() else []
-                item = {"variant": variant.name, "heads": heads.label, "error": result["error"], "log_tail": tail}
+                kept = logs.keep(log_path, tag)
+                item = {"variant": variant.name, "heads": heads.label, "log_tail": log_tail(log_path)}
+                last = item["log_tail"][-1:] or ["(empty)"]
+                where = f"log: {kept}" if kept else "no log"
+                item["error"] = f"{result['error']} (last log line: {last[0]}; {where})"
+                item["log"] = str(kept) if kept else None
             else:
                 item = summarize(result)
                 for step in result["steps"]:
-                    row = {key: step[key] for key in ("step", "tokens", "sequences", "seconds")}
-                    steps.append({"variant": variant.name, "heads": heads.label, **row, "events": step["events"]})
-            summary.append(item)
+                    row = {key: step[key] for key in STEP_KEYS if key in step}
+                    run.steps.append({"variant": variant.name, "heads": heads.label, **row, "events": step["events"]})
+            run.summary.append(item)
             progress.note(_summary_line(label, item))
-        summary += [{"variant": name, "heads": heads.label, "skipped": why} for name, why in plan.skipped.items()]
-    return steps, summary
+        run.summary += [{"variant": name, "heads": heads.label, "skipped": why} for name, why in plan.skipped.items()]
 
 
 def _summary_line(label: str, item: dict) -> str:
     """One variant's result in a line, printed as soon as its worker is done."""
     if "error" in item:
         return f"  {label}: ERROR {item['error']}"
+    split = ""
+    if item.get("first_step_nograd_s") is not None:
+        split = (
+            f" (its no-grad passes {item['first_step_nograd_s']:.2f} s, training {item['first_step_train_s']:.2f} s)"
+        )
     return (
-        f"  {label}: first step {item['first_step_s']:.2f} s, steady {item['steady_median_s'] * 1e3:.2f} ms, "
+        f"  {label}: first step {item['first_step_s']:.2f} s{split}, steady {item['steady_median_s'] * 1e3:.2f} ms, "
         f"stalls {item['stall_s']:.2f} s, {item['compiles_after_warmup']} compile(s) and "
         f"{item['autotunes_after_warmup']} autotune(s) after step 0"
     )
+
+
+def _mode_words(mode: str) -> str:
+    return "steps" if mode == "train" else f"rl steps ({NOGRAD_PASSES} no-grad forwards + forward+backward)"
 
 
 def _refusal(problems: dict[str, str]) -> str:
@@ -475,8 +559,9 @@ def main(args: argparse.Namespace) -> int:
     packs = plan.packs.packs(plan.steps)
     tokens = [sum(p) for p in packs]
     print(
-        f"bench stream: {plan.steps} {plan.level} steps per variant, packs of {min(tokens)}-{max(tokens)} tokens "
-        f"in {min(map(len, packs))}-{max(map(len, packs))} sequences (seed {plan.setup.seed}); variants "
+        f"bench stream: {plan.steps} {plan.level} {_mode_words(plan.mode)} per variant, "
+        f"packs of {min(tokens)}-{max(tokens)} tokens in {min(map(len, packs))}-{max(map(len, packs))} sequences "
+        f"(seed {plan.setup.seed}); variants "
         f"{', '.join(v.name for v in plan.variants)}; heads {', '.join(h.label for h in plan.heads)}",
         flush=True,
     )
@@ -486,20 +571,35 @@ def main(args: argparse.Namespace) -> int:
 
     console = table_console(args.plain)
     env = environment(torch.device(plan.setup.device), "slime_flashqla.bench.stream")
+    run = StreamRun()
+    logs = KeptLogs(plan.outputs.get("json"), "slime-flashqla-stream-logs-")
     workdir = tempfile.TemporaryDirectory(prefix="slime-flashqla-stream-")
-    with workdir as tmp, StreamProgress(console, plan.steps) as progress:
-        steps, summary = run_plan(plan, Path(tmp), progress)
+    try:
+        with workdir as tmp, StreamProgress(console, plan.steps) as progress:
+            run_plan(plan, Path(tmp), progress, run, logs)
+    except KeyboardInterrupt:
+        # Ctrl-C: what ran is kept, marked incomplete (SIGTERM, a container stopping, writes nothing).
+        run.interrupted(packs)
+        _report(plan, args, env, console, run, complete=False)
+        raise
+    return _report(plan, args, env, console, run, complete=True)
+
+
+def _report(plan: StreamPlan, args, env: dict, console, run: StreamRun, complete: bool) -> int:
+    """Print the table and write --json and --plot; 1 when a variant (or the PNG) failed."""
+    steps, summary = run.steps, run.summary
     where = env["gpu"] or f"CPU ({env['cpu']})"
-    print_table(
-        console, f"bench stream on {where}: {plan.level}, {plan.steps} steps", SUMMARY_HEADERS, summary_cells(summary)
-    )
+    title = f"bench stream on {where}: {plan.level}, {plan.steps} steps" + ("" if complete else " (INTERRUPTED)")
+    print_table(console, title, SUMMARY_HEADERS, summary_cells(summary))
     if args.json:
         report = {
+            "complete": complete,
             "environment": env,
             "settings": {
                 **asdict(plan.packs),
                 "steps": plan.steps,
                 "level": plan.level,
+                "mode": plan.mode,
                 "dtype": plan.setup.dtype,
                 "head_dim": plan.setup.head_dim,
                 "hidden_size": plan.setup.hidden_size,
@@ -514,8 +614,8 @@ def main(args: argparse.Namespace) -> int:
             "summary": summary,
         }
         write_output(plan.outputs["json"], json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
-    if args.plot:
+        print(f"wrote {args.json}" + ("" if complete else " (incomplete: interrupted)"), flush=True)
+    if args.plot and complete:
         title = f"{plan.level} steps on {where}"
         problem = plot_steps(steps, plan.outputs["plot"], title) if steps else "no steps to plot"
         if problem:

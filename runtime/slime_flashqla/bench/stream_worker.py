@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 
 from slime_flashqla.workload.setup import LayerSetup
 
+NOGRAD_PASSES = 2  # rl mode: the actor's and the reference model's log-prob passes before training
+
 
 @dataclass
 class StreamJob:
@@ -32,6 +34,7 @@ class StreamJob:
     result: str  # where the worker writes its JSON result
     env: dict = field(default_factory=dict)  # set by the parent for this variant (for the report)
     progress: str = ""  # where the worker appends each finished step (bench/stream_progress.py), if set
+    mode: str = "train"  # train: forward+backward; rl: NOGRAD_PASSES forward-only passes, then forward+backward
 
     def to_json(self) -> dict:
         """The job as a JSON-ready dict, its setup nested (from_json reads it back)."""
@@ -68,13 +71,15 @@ def run_job(job: StreamJob) -> dict:
     if job.level == "layer":
         layer = build_layer(variant, heads, job.setup)
 
-        def prepare(inputs):
-            return layer_call(layer, inputs, True)
+        def prepare(inputs, backward):
+            return layer_call(layer, inputs, backward)
     else:
         fn, _ = kernel_fn(variant, heads)
 
-        def prepare(inputs):
-            return kernel_call(fn, inputs, True)
+        def prepare(inputs, backward):
+            return kernel_call(fn, inputs, backward)
+
+    nograd_passes = NOGRAD_PASSES if job.mode == "rl" else 0
 
     def sync() -> None:
         if device.type == "cuda":
@@ -86,28 +91,34 @@ def run_job(job: StreamJob) -> dict:
     with open(job.progress, "a") if job.progress else contextlib.nullcontext() as progress:
         for index, lengths in enumerate(packs):
             # A training step's inputs exist before its forward starts: made and settled outside the clock.
-            call = prepare(random_inputs(lengths, heads, job.setup, job.level, generator))
+            inputs = random_inputs(lengths, heads, job.setup, job.level, generator)
+            # The forward-only closure first: the training one marks the inputs as needing grad.
+            forward_only, train = prepare(inputs, False), prepare(inputs, True)
             sync()
             if device.type == "cuda":
                 base = torch.cuda.memory_allocated(device)
                 torch.cuda.reset_peak_memory_stats(device)
-            start = time.perf_counter()
-            call()
-            sync()
-            seconds = time.perf_counter() - start
+            parts = []
+            for call in [forward_only] * nograd_passes + [train]:
+                start = time.perf_counter()
+                call()
+                sync()
+                parts.append(time.perf_counter() - start)
+            seconds = sum(parts)
             peak_mib = (torch.cuda.max_memory_allocated(device) - base) / 2**20 if device.type == "cuda" else None
             if first_step_end is None:
                 first_step_end = time.time()
-            steps.append(
-                {
-                    "step": index,
-                    "tokens": sum(lengths),
-                    "sequences": len(lengths),
-                    "seconds": seconds,
-                    "peak_mib": peak_mib,  # allocated at the step's peak above its start
-                    "events": _events(log.take()),
-                }
-            )
+            step = {
+                "step": index,
+                "tokens": sum(lengths),
+                "sequences": len(lengths),
+                "seconds": seconds,
+                "peak_mib": peak_mib,  # allocated at the step's peak above its start
+                "events": _events(log.take()),
+            }
+            if nograd_passes:
+                step["nograd_seconds"], step["train_seconds"] = parts[:-1], parts[-1]
+            steps.append(step)
             if progress is not None:
                 append_step(progress, index, seconds)
     return {

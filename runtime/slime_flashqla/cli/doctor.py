@@ -48,6 +48,7 @@ def report_rows(report: dict) -> list[tuple[str, str]]:
     rows += [
         ("'auto' runs", f"{report['auto']['backend']}: {report['auto']['reason']}"),
         ("TileLang kernel cache", report["tilelang_cache_dir"]),
+        ("kernel preload", report["kernel_preload"]),
     ]
     rows += slime_rows(report["slime"])
     rows += [("WARNING", warning) for warning in report["warnings"]]

@@ -12,12 +12,25 @@ from slime_flashqla.gdn.names import KERNEL_BACKEND_NAMES
 
 def register(subparsers) -> None:
     """Add the `warmup` subcommand."""
+    from slime_flashqla.kernel_cache.capacity import JOB_MEMORY, MAX_JOBS, MAX_THREADS, THREAD_MEMORY
+    from slime_flashqla.kernel_cache.warmup import PART_PURPOSE
+
     parser = subparsers.add_parser(
         "warmup",
         help="compile FlashQLA/FLA kernels for head configurations into a persistent cache (one compile per node)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Each configuration is warmed in parts, each its own process (--json lists them):\n"
+        f"  layer                    {PART_PURPOSE['layer']}\n"
+        f"  no-cp, intra-cp, kernel  {PART_PURPOSE['paths']}\n"
+        f"  <path>+states            {PART_PURPOSE['+states']}",
     )
     parser.add_argument("--model", action="append", default=[], help="model name or path to its config.json")
     parser.add_argument("--tp", help="comma list of tensor-parallel sizes for --model (default 1)")
+    parser.add_argument(
+        "--cp",
+        help="comma list of context-parallel sizes for --model: GDN splits its heads over TP x CP ranks, so each "
+        "rank runs heads/(tp*cp) (default 1)",
+    )
     parser.add_argument("--heads", default="", help="comma list of Hk/Hv per rank, e.g. 16/32,8/16")
     parser.add_argument(
         "--backends",
@@ -38,15 +51,26 @@ def register(subparsers) -> None:
         help="the largest pack training runs, in tokens, 64 to 4194304 (default 32768): the coverage packs reach it",
     )
     parser.add_argument("--dense", action="store_true", help="also warm the non-varlen (B > 1) kernels")
+    parser.add_argument(
+        "--training-only",
+        action="store_true",
+        help="leave out the +states parts, which only `slime-flashqla check` runs (training passes no state)",
+    )
     parser.add_argument("--cache-dir", default=None, help="TileLang cache directory (default: $TILELANG_CACHE_DIR)")
     parser.add_argument(
         "--jobs",
-        type=int,
-        default=1,
-        help="configurations compiled in parallel, one process each (default 1; at most the number of "
-        "configurations and of CPUs)",
+        default="auto",
+        help=f"parts compiled at once, one process each, 1 to {MAX_JOBS} (default auto: one per CPU this process "
+        f"may use, as many as the available memory holds at {JOB_MEMORY // 2**30} GiB each, at most the parts)",
+    )
+    parser.add_argument(
+        "--compile-threads",
+        default="auto",
+        help=f"TileLang kernels a part compiles at once, 1 to {MAX_THREADS}; 1 compiles each when the part's steps "
+        f"first call it (default auto: the CPUs the jobs leave, {THREAD_MEMORY // 2**30} GiB of memory each)",
     )
     parser.add_argument("--force", action="store_true", help="run every configuration even if marked done")
+    parser.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal with rich")
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # tests run the machinery on CPU
     parser.add_argument(
         "--json",
@@ -58,12 +82,14 @@ def register(subparsers) -> None:
 
 def build_tasks(args):
     """The warm-up tasks the arguments describe (validated before anything runs)."""
+    from slime_flashqla.kernel_cache.capacity import MAX_JOBS, MAX_THREADS
     from slime_flashqla.kernel_cache.warmup import MAX_TOKENS, WARMUP_BACKENDS, WarmupTask, warmup_parts
+    from slime_flashqla.kernels.preload import preload_mode
     from slime_flashqla.workload.heads import parse_heads
     from slime_flashqla.workload.models import model_rank_heads
 
     heads = parse_heads(args.heads) if args.heads.strip() else []
-    heads += model_rank_heads(args.model, args.tp)
+    heads += model_rank_heads(args.model, args.tp, args.cp)
     if not heads:
         raise ValueError("nothing to warm: give --model and/or --heads")
     backends = [item.strip() for item in args.backends.split(",") if item.strip()]
@@ -72,16 +98,32 @@ def build_tasks(args):
         raise ValueError(f"unknown backend(s) {', '.join(unknown)}; choose from {', '.join(WARMUP_BACKENDS)}")
     if not 64 <= args.max_tokens <= MAX_TOKENS:
         raise ValueError(f"--max-tokens must be between 64 and {MAX_TOKENS} tokens, got {args.max_tokens}")
-    if args.jobs < 1:
-        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+    preload_mode()  # a bad SLIME_FLASHQLA_PRELOAD would fail every layer a part builds, or pass unseen
+    _count("--jobs", args.jobs, MAX_JOBS)
+    _count("--compile-threads", args.compile_threads, MAX_THREADS)
     layouts = (True, False) if args.dense else (True,)
     return [
         WarmupTask(backend, h, varlen, part=part, max_tokens=args.max_tokens)
         for backend in backends
         for h in sorted(set(heads))
         for varlen in layouts
-        for part in warmup_parts(backend, varlen)
+        for part in warmup_parts(backend, varlen, check=not args.training_only)
     ]
+
+
+def _count(option: str, text: str, most: int) -> int | None:
+    """The count an `auto`-or-number option asks for; None for auto. ValueError with the bounds otherwise."""
+    if text == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{option} must be auto or a whole number, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"{option} must be at least 1, got {value}")
+    if value > most:
+        raise ValueError(f"{option} must be at most {most}, got {value}")
+    return value
 
 
 def parse_lengths(text: str) -> tuple[tuple[int, ...], ...]:
@@ -120,10 +162,10 @@ def _check_device(device: str) -> None:
 
 
 def run(args) -> int:
-    """Warm the kernels, show progress, print a summary; non-zero if any configuration failed."""
-    import os
-
+    """Warm the kernels, show progress, print a summary; non-zero if any part failed."""
     from slime_flashqla.files.output_paths import check_output_path, publish_atomically
+    from slime_flashqla.kernel_cache.capacity import MAX_JOBS, MAX_THREADS, default_jobs, default_threads, node_budget
+    from slime_flashqla.kernel_cache.schedule import PartSettings
     from slime_flashqla.kernel_cache.warmup import set_cache_dir
 
     # Everything that can be refused is, in one line, before a process starts or a kernel compiles.
@@ -136,31 +178,45 @@ def run(args) -> int:
     except RuntimeError as error:  # tilelang already imported with another cache
         raise UserError(str(error)) from None
     _check_backends(tasks, args.device)
-    jobs = min(args.jobs, len(tasks), os.cpu_count() or 1)
-    print(f"warming {len(tasks)} configuration(s) into {cache_dir} with {jobs} job(s)")
+    budget = node_budget()
+    asked_jobs = _count("--jobs", args.jobs, MAX_JOBS)
+    jobs = min(asked_jobs, len(tasks)) if asked_jobs else default_jobs(len(tasks), budget)
+    threads = _count("--compile-threads", args.compile_threads, MAX_THREADS) or default_threads(jobs, budget)
+    configurations = len({(task.backend, task.heads, task.varlen) for task in tasks})
+    print(
+        f"warming {len(tasks)} part(s) of {configurations} configuration(s) into {cache_dir} with {jobs} job(s) at "
+        f"once, up to {threads} compile thread(s) each ({budget.describe()})",
+        flush=True,
+    )
+    settings = PartSettings(str(cache_dir), args.force, lengths, args.device, threads)
     start = time.perf_counter()
-    results = _run_with_progress(tasks, cache_dir, lengths, jobs, args)
+    results = _run_with_progress(tasks, settings, jobs, args.plain, json_path)
     total = time.perf_counter() - start
     failed = [r for r in results if r["status"].startswith("failed")]
     from slime_flashqla.terminal import print_rows
 
-    rows = [(r["key"], f"{r['status']} in {r['seconds']:.1f} s (waited {r['waited_seconds']:.1f} s)") for r in results]
+    rows = [(r["key"], _row(r)) for r in results]
     rows.append(("total wall time", f"{total:.1f} s"))
-    print_rows("slime-flashqla warmup", rows, headers=("configuration", "result"))
+    print_rows("slime-flashqla warmup", rows, headers=("part", "result"))
     if json_path is not None:
-        text = json.dumps({"cache_dir": str(cache_dir), "wall_seconds": total, "results": results}, indent=2)
+        report = {"cache_dir": str(cache_dir), "jobs": jobs, "compile_threads": threads, "cpus": budget.cpus,
+                  "memory_available": budget.memory, "wall_seconds": total, "results": results}  # fmt: skip
+        text = json.dumps(report, indent=2)
         publish_atomically(json_path, lambda temp: temp.write_text(text), what="--json")
     return 1 if failed else 0
 
 
-def _run_with_progress(tasks, cache_dir, lengths, jobs: int, args):
-    from slime_flashqla.kernel_cache.warmup import warm_up_all
+def _row(result: dict) -> str:
+    if result["status"].startswith("failed"):
+        return result["status"]  # how it ended and where its log is
+    row = f"{result['status']} in {result['seconds']:.1f} s (waited {result['waited_seconds']:.1f} s)"
+    return f"{row}; {result['prefetch']}" if result.get("prefetch") else row
 
-    kwargs = dict(jobs=jobs, force=args.force, device=args.device, lengths=lengths)
-    try:
-        from rich.progress import Progress
-    except ImportError:
-        return warm_up_all(tasks, cache_dir, progress=lambda r: print(f"  {r['key']}: {r['status']}"), **kwargs)
-    with Progress() as progress:
-        bar = progress.add_task("compiling", total=len(tasks))
-        return warm_up_all(tasks, cache_dir, progress=lambda r: progress.advance(bar), **kwargs)
+
+def _run_with_progress(tasks, settings, jobs: int, plain: bool, json_path):
+    from slime_flashqla.kernel_cache.progress import WarmupProgress
+    from slime_flashqla.kernel_cache.schedule import run_parts
+    from slime_flashqla.terminal import table_console
+
+    with WarmupProgress(len(tasks), table_console(plain)) as progress:
+        return run_parts(tasks, settings, jobs, progress, keep_logs_beside=json_path)

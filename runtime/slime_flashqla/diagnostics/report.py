@@ -58,6 +58,7 @@ def collect_report() -> dict:
     from slime_flashqla import __version__
     from slime_flashqla.integrations.slime.report import slime_report
     from slime_flashqla.kernels.cache import tilelang_cache_dir
+    from slime_flashqla.kernels.preload import preload_setting
 
     cuda = torch.cuda.is_available()
     backends, facts = {}, {}
@@ -81,6 +82,7 @@ def collect_report() -> dict:
         **facts,
         "auto": {"backend": choice.backend, "reason": choice.reason, "for": "bf16 training, K=V=128"},
         "tilelang_cache_dir": str(tilelang_cache_dir()),
+        "kernel_preload": preload_setting(),
     }
     report["slime"] = slime_report()
     report["setting_problems"] = setting_problems()

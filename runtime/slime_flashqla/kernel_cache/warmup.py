@@ -13,22 +13,28 @@ variant that `check` runs) is forced on the same packs.
 
 Each part is compiled under an exclusive file lock in the cache directory: the first
 process compiles and stores it, every other one (rank, node sharing the directory) waits
-on the lock and then loads the stored kernels.
+on the lock and then loads the stored kernels. The command runs every part of every
+configuration as its own process (kernel_cache/schedule.py), as many at once as the node's
+CPUs and memory allow (kernel_cache/capacity.py); inside a part, a backend built from
+TileLang factories first finds the kernels the part's steps call, without compiling them,
+and compiles them on several threads before the steps run (kernels/tilelang_prefetch.py).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
+from slime_flashqla.errors import one_line
 from slime_flashqla.files.lock import LOCK_DIR
 from slime_flashqla.files.lock import directory_lock as config_lock
 from slime_flashqla.gdn.names import KERNEL_BACKEND_NAMES
 from slime_flashqla.kernels.cache import CACHE_ENV, tilelang_cache_dir
-from slime_flashqla.kernels.preload import LAYER, recording
+from slime_flashqla.kernels.preload import LAYER, kernel_source, recording
 from slime_flashqla.workload.heads import HeadConfig
 from slime_flashqla.workload.lengths import packed_offsets
 
@@ -45,6 +51,17 @@ SEQUENCE_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 COVERAGE_TOKENS = 8192  # tokens of a counted pack: enough for every count, cheap once compiled
 STREAM_SAMPLE = 24  # packs of the RL-like stream (workload/packs.py) the layer part also runs
 STATES = "+states"
+# What each part is for: the command's help and the docs say it from here.
+PART_PURPOSE = {
+    LAYER: "training: the layer's training step and forward-only pass on the packs training sees",
+    "paths": "training: the kernel with each of its paths forced, for packs the layer part did not send down that path",
+    STATES: "only `slime-flashqla check` runs these: the initial/final-state variants (a layer passes no state)",
+}
+
+
+def for_check_only(part: str) -> bool:
+    """Whether only `check` launches what this part compiles (the state variants)."""
+    return part.endswith(STATES)
 
 
 @dataclass(frozen=True)
@@ -59,18 +76,33 @@ class WarmupTask:
     max_tokens: int = DEFAULT_MAX_TOKENS
 
     @property
+    def label(self) -> str:
+        """`backend Hk/Hv part`, as progress lines name a part."""
+        dense = "" if self.varlen else " dense"
+        return f"{self.backend} {self.heads.label}{dense} {self.part}"
+
+    @property
     def key(self) -> str:
         layout = "varlen" if self.varlen else "dense"
         heads = f"hk{self.heads.key_heads}-hv{self.heads.value_heads}"
         return f"{self.backend}-{heads}-{layout}-{self.dtype}-{self.part}-t{self.max_tokens}"
 
 
-def warmup_parts(backend: str, varlen: bool = True) -> list[str]:
-    """The parts a configuration of `backend` is warmed in: the layer, then each forced kernel path."""
+def warmup_parts(backend: str, varlen: bool = True, check: bool = True) -> list[str]:
+    """The parts of a configuration of `backend`: the layer, each forced kernel path, (`check`) their states."""
     from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 
     paths = list(KERNEL_BACKENDS[backend].warmup_paths()) if varlen else []
-    return [LAYER, *paths, *(path + STATES for path in paths)]
+    return [LAYER, *paths, *(path + STATES for path in paths if check)]
+
+
+def in_start_order(tasks) -> list[WarmupTask]:
+    """The tasks longest first (the layer parts, the kernel paths, the state variants): the last to end starts first."""
+
+    def rank(task: WarmupTask) -> int:
+        return 0 if task.part == LAYER else 2 if for_check_only(task.part) else 1
+
+    return sorted(tasks, key=rank)  # stable: configurations keep their order within a rank
 
 
 def coverage_packs(max_tokens: int) -> list[tuple[int, ...]]:
@@ -99,6 +131,9 @@ class WarmupResult:
     seconds: float
     waited_seconds: float
     status: str  # "compiled", "cached" (already marked done), "failed: ..."
+    prefetch: str = ""  # what compiling ahead on several threads did, when it ran (kernels/tilelang_prefetch.py)
+    peak_rss_mib: float = 0.0  # this part's process at its largest
+    compilers_peak_rss_mib: float = 0.0  # the largest of the compilers it ran (nvcc and its tools)
 
 
 def set_cache_dir(path: str | os.PathLike | None) -> Path:
@@ -208,7 +243,9 @@ def _kernel_steps(task: WarmupTask, device: str) -> None:
             torch.cuda.synchronize()
 
 
-def warm_up(task: WarmupTask, cache_dir: Path, *, force: bool = False, lengths=DEFAULT_LENGTHS, device="cuda"):
+def warm_up(
+    task: WarmupTask, cache_dir: Path, *, force: bool = False, lengths=DEFAULT_LENGTHS, device="cuda", compile_threads=1
+):
     """Compile one configuration under its lock unless another process already did."""
     start = time.perf_counter()
     with config_lock(cache_dir, task.key) as waited:
@@ -219,6 +256,7 @@ def warm_up(task: WarmupTask, cache_dir: Path, *, force: bool = False, lengths=D
             with recording(task, cache_dir):
                 run_kernels(task, lengths, device)
             return WarmupResult(task.key, time.perf_counter() - start, waited, "cached")
+        prefetch = compile_ahead(task, cache_dir, compile_threads, lambda: run_kernels(task, lengths, device))
         with recording(task, cache_dir):  # what a training process may preload (kernels/preload.py)
             run_kernels(task, lengths, device)
         seconds = time.perf_counter() - start
@@ -226,37 +264,22 @@ def warm_up(task: WarmupTask, cache_dir: Path, *, force: bool = False, lengths=D
         partial = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
         partial.write_text(json.dumps({"task": task.key, "seconds": seconds, "pid": os.getpid()}))
         os.replace(partial, marker)
-        return WarmupResult(task.key, seconds, waited, "compiled")
+        return WarmupResult(task.key, seconds, waited, "compiled", prefetch=prefetch)
 
 
-def _worker(args):
-    task, cache_dir, force, lengths, device = args
-    set_cache_dir(cache_dir)
+def compile_ahead(task: WarmupTask, cache_dir: Path, threads: int, steps) -> str:
+    """Compile the TileLang kernels `steps` will call on `threads` threads first; what it did, "" where it cannot.
+
+    Never raises: what it did not compile, the steps compile themselves, one after another, as
+    without it.
+    """
+    source = kernel_source(task.backend)
+    if threads < 2 or source is None or not hasattr(source, "compile_ahead"):
+        return ""
+    # A lock per kernel in the cache's lock folder: parts and ranks that need the same kernel at
+    # once compile it once; the others load it from the cache after the lock.
+    lock = functools.partial(config_lock, Path(cache_dir))
     try:
-        return asdict(warm_up(task, Path(cache_dir), force=force, lengths=lengths, device=device))
-    except Exception as error:  # reported per configuration; the command exits non-zero
-        return asdict(WarmupResult(task.key, 0.0, 0.0, f"failed: {type(error).__name__}: {error}"))
-
-
-def warm_up_all(
-    tasks, cache_dir: Path, *, jobs: int = 1, force=False, lengths=DEFAULT_LENGTHS, device="cuda", progress=None
-):
-    """Warm every task, `jobs` configurations at a time in separate processes; returns result dicts."""
-    work = [(task, str(cache_dir), force, lengths, device) for task in tasks]
-    results = []
-    if jobs <= 1:
-        for item in work:
-            results.append(_worker(item))
-            if progress:
-                progress(results[-1])
-        return results
-    import multiprocessing
-
-    # spawn: CUDA cannot be initialised in a forked child of a process that already used it.
-    # One task per process: each task's record is what that task loaded (kernels/preload.py).
-    with multiprocessing.get_context("spawn").Pool(jobs, maxtasksperchild=1) as pool:
-        for result in pool.imap_unordered(_worker, work):
-            results.append(result)
-            if progress:
-                progress(result)
-    return results
+        return source.compile_ahead(steps, threads, lock).describe()
+    except Exception as error:  # the steps still compile everything they need
+        return f"not compiled ahead: {one_line(error)}"

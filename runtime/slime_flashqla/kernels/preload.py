@@ -61,12 +61,23 @@ def preload_mode(environ=None) -> str:
     return _MODES[value]
 
 
+def preload_setting(environ=None) -> str:
+    """SLIME_FLASHQLA_PRELOAD as `doctor` shows it: the mode and the value, or INVALID and how to fix it."""
+    environ = os.environ if environ is None else environ
+    try:
+        mode = preload_mode(environ)
+    except PreloadSettingError as error:
+        return f"INVALID: {error}"
+    value = environ.get(PRELOAD_ENV)
+    return f"{mode} ({PRELOAD_ENV} unset)" if value is None else f"{mode} ({PRELOAD_ENV}={value!r})"
+
+
 def record_dir(cache_dir) -> Path:
     """Where `warmup` writes what a preload may load."""
     return Path(cache_dir) / RECORD_DIR
 
 
-def _source(backend: str):
+def kernel_source(backend: str):
     """The backend's source of recorded specialisations, or None (it keeps none)."""
     from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 
@@ -97,7 +108,7 @@ def recording(task, cache_dir):
     Never raises for the recording itself: a warm-up is not failed because its record could not
     be written (one warning line says so, and a later preload then has less to load).
     """
-    source = _source(task.backend)
+    source = kernel_source(task.backend)
     # What a layer preloads is what the layer's own steps built. The forced kernel paths also
     # build what FlashQLA's choice never picked for a warmed pack; the state variants are
     # `check`'s (a layer passes no state).
@@ -318,7 +329,7 @@ def _plan(backend: str, key_heads: int, value_heads: int, mode: str, device, cac
         from slime_flashqla.gdn.backends.auto import explain_auto
 
         name = explain_auto(key_heads=key_heads, value_heads=value_heads).backend
-    source = _source(name)
+    source = kernel_source(name)
     if source is None:
         return Plan(note=f"the {name} backend keeps no recorded specialisations")
     recorded = recorded_specs(cache_dir, name, key_heads, value_heads)

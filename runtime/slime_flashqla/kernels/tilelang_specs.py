@@ -40,6 +40,7 @@ from pathlib import Path
 
 from slime_flashqla.errors import one_line
 from slime_flashqla.kernels.compile_log import TILELANG_COMPILE
+from slime_flashqla.kernels.tilelang_prefetch import compile_ahead as _compile_ahead
 
 PROGRAMS = "programs"  # under the record directory: <cache key>.json.gz
 KERNEL_LOGGER = "tilelang.jit.kernel"  # where JITKernel logs a real compile (tilelang/jit/kernel.py)
@@ -361,6 +362,11 @@ class TileLangPackage:
         """Import the package (as its backend does) and return the specs as loadable specialisations."""
         self.importer()
         return specialisations(specs, cache_dir, record_dir, use_program)
+
+    def compile_ahead(self, steps, threads: int, lock):
+        """Import the package, find the kernels `steps()` calls and compile them on `threads` threads (a Prefetch)."""
+        self.importer()
+        return _compile_ahead(self.package, steps, threads, lock, name_of=factory_name, compile_fn=compile_program)
 
     guard_problem = staticmethod(compile_guard_problem)
     guard = staticmethod(refusing_compiles)

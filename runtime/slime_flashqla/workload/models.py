@@ -34,25 +34,39 @@ def gdn_layer_config(
     }
 
 
-def split_for_tp(heads: HeadConfig, tp: int) -> HeadConfig:
-    """The per-rank heads under tensor parallelism `tp` (heads are split evenly across ranks)."""
-    if tp <= 0 or heads.key_heads % tp or heads.value_heads % tp:
-        raise ValueError(f"TP={tp} does not divide the head counts {heads}")
-    return HeadConfig(heads.key_heads // tp, heads.value_heads // tp)
+def split_for_tp(heads: HeadConfig, tp: int, cp: int = 1) -> HeadConfig:
+    """The per-rank heads under tensor parallelism `tp` and, for GDN, context parallelism `cp`.
+
+    Under context parallelism GDN splits its heads over TP x CP ranks, each running whole sequences,
+    so a rank's kernel runs heads / (tp * cp).
+    """
+    ranks = tp * cp
+    if tp <= 0 or cp <= 0 or heads.key_heads % ranks or heads.value_heads % ranks:
+        split = f"TP={tp}" if cp == 1 else f"TP={tp} x CP={cp}"
+        raise ValueError(f"{split} does not divide the head counts {heads}")
+    return HeadConfig(heads.key_heads // ranks, heads.value_heads // ranks)
 
 
-def model_rank_heads(models: list[str], tp: str | None) -> list[HeadConfig]:
-    """Each model's heads per rank at each tensor-parallel size of `tp` (a comma list; None: 1)."""
-    if tp is not None and not models:
-        # --tp splits a model's heads: beside --heads alone it would do nothing the user can see.
-        raise ValueError(f"--tp {tp} splits a --model's heads; give --model (--heads takes per-rank heads)")
+def _sizes(option: str, text: str | None, what: str) -> list[int]:
+    """A comma list of positive parallel sizes (None: [1]); ValueError naming `option` otherwise."""
     try:
-        sizes = [int(item) for item in (tp or "1").split(",") if item.strip()]
+        sizes = [int(item) for item in (text or "1").split(",") if item.strip()]
     except ValueError:
         sizes = []
-    if not sizes:
-        raise ValueError(f"--tp {tp!r}: give a comma list of tensor-parallel sizes, e.g. 1,2,4")
-    return [split_for_tp(model_heads(model), size) for model in models for size in sizes]
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"{option} {text!r}: give a comma list of {what} sizes, e.g. 1,2,4")
+    return sizes
+
+
+def model_rank_heads(models: list[str], tp: str | None, cp: str | None = None) -> list[HeadConfig]:
+    """Each model's heads per rank at each tensor-parallel size of `tp` and context-parallel size of `cp` (None: 1)."""
+    for option, value in (("--tp", tp), ("--cp", cp)):
+        if value is not None and not models:
+            # --tp/--cp split a model's heads: beside --heads alone they would do nothing the user can see.
+            raise ValueError(f"{option} {value} splits a --model's heads; give --model (--heads takes per-rank heads)")
+    tps = _sizes("--tp", tp, "tensor-parallel")
+    cps = _sizes("--cp", cp, "context-parallel")
+    return [split_for_tp(model_heads(model), t, c) for model in models for t in tps for c in cps]
 
 
 def model_names_help() -> str:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -305,3 +306,153 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_worker(tmp_
     assert bench(*TINY, option, str(tmp_path / name)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
+
+
+def test_a_bad_preload_setting_is_refused_before_any_worker_starts(capsys, monkeypatch):
+    """Issue 34 ND24: the worker started first and the run ended rc 1 with the error in a row."""
+    monkeypatch.setattr(stream, "run_worker", lambda *a: pytest.fail("a worker started"))
+    monkeypatch.setenv("SLIME_FLASHQLA_PRELOAD", "maybe")
+    assert bench(*TINY) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "SLIME_FLASHQLA_PRELOAD='maybe': use 1" in err[0]
+
+
+LONG = (*TINY[:-1], "--steps", "10000")  # TINY with steps enough to be interrupted mid-run (--plain kept below)
+
+
+def _stream_workers(parent: int | None = None) -> dict[int, Path]:
+    """{pid: its run's temp folder} of bench stream worker processes (children of `parent`, or of this process)."""
+    import os
+
+    parent = os.getpid() if parent is None else parent
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    command = handle.read()
+                with open(f"/proc/{entry}/stat") as handle:
+                    ppid = int(handle.read().rpartition(")")[2].split()[1])
+            except OSError:
+                continue
+            if b"slime_flashqla.bench.stream_worker" in command and ppid == parent:
+                found[int(entry)] = Path(command.split(b"\0")[3].decode()).parent
+    return found
+
+
+def _alive(pids) -> list[int]:
+    import os
+
+    return [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+
+
+def test_a_failed_variant_keeps_its_log_beside_the_json_and_says_its_last_line(tmp_path, capsys):
+    """Issue 34 ND25, issue 35 item 8: the message pointed at a log in the temp workdir, deleted at exit."""
+    path = tmp_path / "stream.json"
+    assert stream.main(parse(*TINY, "--timeout", "1", "--json", str(path))) == 1
+    (item,) = json.loads(path.read_text())["summary"]
+    kept = tmp_path / "stream.torch-1-2.log"
+    assert kept.is_file() and str(kept) in item["error"] and item["log"] == str(kept)
+    assert item["log_tail"] == kept.read_text().strip().splitlines()[-20:]
+    assert f"log: {kept}" in capsys.readouterr().out
+
+
+def test_without_json_a_failed_variant_s_log_is_kept_in_a_named_folder(tmp_path, capsys):
+    assert stream.main(parse(*TINY, "--timeout", "1")) == 1
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("  1/2 torch: ERROR timed out"))
+    kept = Path(line.split("log: ")[1].rstrip(")"))
+    assert kept.is_file() and kept.name == "torch-1-2.log"
+    import shutil
+
+    shutil.rmtree(kept.parent)
+
+
+def test_a_worker_killed_by_sigkill_is_said_to_be_killed_perhaps_for_memory(tmp_path):
+    """Issue 35 item 8: a worker the OOM killer ended showed only 'exited with -9'."""
+    import os
+    import signal
+
+    plan = stream.build_plan(parse(*LONG))
+    job = plan.job(plan.variants[0], plan.heads[0], tmp_path / "r.json")
+
+    def kill_the_worker(index, seconds):
+        for pid in _stream_workers():
+            os.kill(pid, signal.SIGKILL)
+
+    result = stream.run_worker(job, tmp_path / "w.log", 120, None, kill_the_worker)
+    assert "killed by SIGKILL (out of memory?)" in result["error"], result
+
+
+def test_ctrl_c_keeps_the_steps_run_and_the_summary_marked_incomplete(tmp_path):
+    """Issue 35 item 11: Ctrl-C on bench stream threw away the steps already run."""
+    import os
+    import signal
+
+    path = tmp_path / "sp.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slime_flashqla", "bench", "stream", *LONG, "--plain", "--json", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    for line in proc.stdout:
+        if "step 1/10000" in line:
+            break
+    time.sleep(1.0)
+    workers = _stream_workers(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    report = json.loads(path.read_text())
+    assert report["complete"] is False
+    steps = report["steps"]
+    assert steps and [s["step"] for s in steps] == list(range(len(steps)))
+    (item,) = report["summary"]
+    assert item["variant"] == "torch" and item["interrupted"] and item["steps_done"] == len(steps)
+    assert "interrupted" in err and "incomplete" in out
+    assert workers and not _alive(workers) and not any(folder.exists() for folder in workers.values())
+
+
+def test_sigterm_stops_the_run_and_writes_nothing(tmp_path):
+    """NS1: SIGTERM (docker stop) ends the run, its worker and its temp folder; no JSON is written."""
+    import signal
+
+    path = tmp_path / "st.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slime_flashqla", "bench", "stream", *LONG, "--plain", "--json", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    for line in proc.stdout:
+        if "step 1/10000" in line:
+            break
+    workers = _stream_workers(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "terminated (SIGTERM)" in err
+    assert not path.exists() and workers and not _alive(workers)
+    assert not any(folder.exists() for folder in workers.values())
+
+
+def test_rl_mode_runs_two_no_grad_forwards_then_training_and_splits_the_first_step(tmp_path, capsys):
+    """Issue 31: slime's actor runs two forward-only passes (log-probs) before each training step."""
+    path = tmp_path / "rl.json"
+    assert stream.main(parse(*TINY, "--mode", "rl", "--json", str(path))) == 0
+    report = json.loads(path.read_text())
+    assert report["settings"]["mode"] == "rl"
+    for step in report["steps"]:
+        assert len(step["nograd_seconds"]) == 2 and step["train_seconds"] > 0
+        assert step["seconds"] == pytest.approx(sum(step["nograd_seconds"]) + step["train_seconds"])
+    (item,) = report["summary"]
+    first = report["steps"][0]
+    assert item["first_step_nograd_s"] == pytest.approx(sum(first["nograd_seconds"]))
+    assert item["first_step_train_s"] == pytest.approx(first["train_seconds"])
+    assert item["first_step_s"] > item["first_step_nograd_s"] + item["first_step_train_s"]
+    out = capsys.readouterr().out
+    assert "rl steps (2 no-grad forwards + forward+backward)" in out
+    assert "first step" in out and "no-grad" in out
+
+
+def test_the_default_mode_is_one_training_step_with_no_split():
+    plan = stream.build_plan(parse(*TINY))
+    assert plan.mode == "train" and plan.job(plan.variants[0], plan.heads[0], "r.json").mode == "train"
+    with pytest.raises(SystemExit):
+        parse(*TINY, "--mode", "eval")

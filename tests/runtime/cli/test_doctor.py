@@ -255,3 +255,16 @@ def test_doctor_says_how_slime_s_gdn_layers_split_and_warns_on_a_bad_switch():
     report = json.loads(bad.stdout)
     assert report["slime"]["gdn_split"].startswith("invalid: $SLIME_FLASHQLA_GDN_SPLIT is 'maybe'")
     assert any("$SLIME_FLASHQLA_GDN_SPLIT is 'maybe'" in w for w in report["warnings"])
+
+
+def test_doctor_shows_the_kernel_preload_setting_and_a_bad_one():
+    """Issue 34 ND24: doctor did not show SLIME_FLASHQLA_PRELOAD at all."""
+    import os
+
+    done = subprocess.run(
+        [sys.executable, "-m", "slime_flashqla", "doctor", "--json"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "SLIME_FLASHQLA_PRELOAD": "maybe"},
+    )  # fmt: skip
+    report = json.loads(done.stdout)
+    assert report["kernel_preload"].startswith("INVALID: SLIME_FLASHQLA_PRELOAD='maybe'")
+    assert ("kernel preload", report["kernel_preload"]) in report_rows(report)

@@ -344,3 +344,14 @@ def test_preloader_reports_an_exception_of_its_plan():
     preloader = Preloader("x", plan).start()
     assert preloader.wait(30)
     assert preloader.result.note == "stopped: the record directory is unreadable"
+
+
+def test_the_setting_is_described_for_doctor_and_a_bad_one_says_how_to_fix_it():
+    """Issue 34 ND24: doctor did not show SLIME_FLASHQLA_PRELOAD, so a bad value went unseen."""
+    from slime_flashqla.kernels.preload import preload_setting
+
+    assert preload_setting({}) == "on (SLIME_FLASHQLA_PRELOAD unset)"
+    assert preload_setting({"SLIME_FLASHQLA_PRELOAD": "0"}) == "off (SLIME_FLASHQLA_PRELOAD='0')"
+    assert preload_setting({"SLIME_FLASHQLA_PRELOAD": "calls"}) == "calls (SLIME_FLASHQLA_PRELOAD='calls')"
+    bad = preload_setting({"SLIME_FLASHQLA_PRELOAD": "maybe"})
+    assert bad.startswith("INVALID: SLIME_FLASHQLA_PRELOAD='maybe': use 1") and "\n" not in bad
