@@ -83,7 +83,7 @@ def _parity_rank(rank, world, store, model, tp, cp, sp, backend, lengths, queue)
     import torch.distributed as dist
 
     torch.cuda.set_device(0)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world, timeout=timedelta(600))
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world, timeout=timedelta(seconds=600))
     try:
         tp_group, cp_group = groups_of(tp, cp, rank)
         device = torch.device("cuda")
