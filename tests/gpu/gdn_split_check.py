@@ -83,7 +83,8 @@ def _parity_rank(rank, world, store, model, tp, cp, sp, backend, lengths, queue)
     import torch.distributed as dist
 
     torch.cuda.set_device(0)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world, timeout=timedelta(seconds=600))
+    store = f"file://{store}"
+    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=world, timeout=timedelta(seconds=600))
     try:
         tp_group, cp_group = groups_of(tp, cp, rank)
         device = torch.device("cuda")
@@ -107,7 +108,7 @@ def _parity_rank(rank, world, store, model, tp, cp, sp, backend, lengths, queue)
         results = {}
         refs = {}
         for name, layer, dtype in (("ref", whole32, torch.float32), ("unsplit", whole16, torch.bfloat16)):
-            xi = x.to(dtype).requires_grad_()
+            xi = x.to(dtype).clone().requires_grad_()
             out = layer(xi, cu_seqlens=cu)
             out.backward(dy.to(dtype))
             refs[name] = (out, xi.grad, {n: p.grad for n, p in layer.named_parameters()})
@@ -117,7 +118,7 @@ def _parity_rank(rank, world, store, model, tp, cp, sp, backend, lengths, queue)
             t = t[:, rows]
             return t.chunk(tp, dim=1)[rank % tp] if sp else t
 
-        xs = mine(x).to(torch.bfloat16).requires_grad_()
+        xs = mine(x).detach().to(torch.bfloat16).requires_grad_()
         out = split(xs, cu_seqlens=cu)
         out.backward(mine(dy).to(torch.bfloat16))
         ref_out, ref_dx, ref_grads = refs["ref"]
