@@ -35,6 +35,8 @@ from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, 
 CLASSES = {"qwen3-next": Qwen3NextGatedDeltaNet, "qwen3.5": Qwen3_5GatedDeltaNet}
 SHAPES = {"qwen3-next": (16, 32, 2048), "qwen3.5": (16, 64, 4096)}  # Qwen3-Next-80B, Qwen3.5-397B at TP 1
 SPLITS = [(2, 1), (1, 2), (4, 1), (2, 2), (1, 4), (8, 1), (2, 4), (1, 8)]
+# (TP, CP, sequence parallel) of the parity runs, the most telling first
+PARITY_SPLITS = [(1, 2, False), (2, 2, True), (2, 1, False), (2, 2, False), (1, 4, False), (2, 1, True)]
 
 
 def config(model: str, dtype, heads=None, hidden=None):
@@ -148,7 +150,7 @@ def parity(args) -> list[dict]:
     rows = []
     lengths = [int(n) for n in args.lengths.split(",")]
     for model in args.models.split(","):
-        for tp, cp, sp in [(2, 1, False), (1, 2, False), (2, 2, False), (1, 4, False), (2, 1, True), (2, 2, True)]:
+        for tp, cp, sp in PARITY_SPLITS[: args.parity_splits]:
             queue = ctx.Queue()
             store = tempfile.mktemp(prefix="gdn_split_store_")
             world = tp * cp
@@ -273,6 +275,7 @@ def main(argv=None) -> int:
         "--sequence", type=int, default=16384, help="cost packs' sequence length (default: %(default)s)"
     )
     parser.add_argument("--iters", type=int, default=5, help="timed steps per cost row (default: %(default)s)")
+    parser.add_argument("--parity-splits", type=int, default=len(PARITY_SPLITS), help="parity: the first N splits")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -97,28 +98,59 @@ def _to_tokens(whole: torch.Tensor, layout: ZigzagLayout, group, size: int) -> t
     return _all_to_all(by_rank, group)
 
 
+@dataclass(frozen=True)
+class Piece:
+    """Columns of a projection output taken by the exchange: `view(base)` is [T_local, CP, G, f] to send, or,
+    with `kept`, a tensor this rank keeps for itself (z), copied out so the projection's buffer can go."""
+
+    base: int  # index of the projection output among the exchange's inputs
+    view: Callable[[torch.Tensor], torch.Tensor]
+    kept: bool = False
+
+
 class _GatherHeads(torch.autograd.Function):
-    """Parts [T_local, CP, G, f_i] (dim 1: head group) -> [1, T, G, sum f_i]: whole sequences of this rank's group."""
+    """Projection outputs -> ([1, T, G, sum f] for this rank's head group, the kept pieces' copies).
+
+    The backward writes each projection output's gradient into one buffer through the same views,
+    instead of autograd's zero-filled buffer per view and their sum.
+    """
 
     @staticmethod
-    def forward(ctx, layout, group, size, *parts):
-        widths = [part.shape[-1] for part in parts]
-        tokens, _, groups, _ = parts[0].shape
-        send = parts[0].new_empty((size, tokens, groups, sum(widths)))
-        for start, part in zip(itertools.accumulate([0, *widths]), parts, strict=False):
+    def forward(ctx, layout, group, size, pieces, *bases):
+        sent = [piece.view(bases[piece.base]) for piece in pieces if not piece.kept]
+        widths = [part.shape[-1] for part in sent]
+        tokens, _, groups, _ = sent[0].shape
+        send = sent[0].new_empty((size, tokens, groups, sum(widths)))
+        for start, part in zip(itertools.accumulate([0, *widths]), sent, strict=False):
             send[..., start : start + part.shape[-1]].copy_(part.transpose(0, 1))
-        ctx.layout, ctx.group, ctx.size, ctx.widths = layout, group, size, widths
-        whole = _to_heads(send.view(size, tokens, -1), layout, group)
-        return whole.view(1, -1, groups, sum(widths))
+        ctx.layout, ctx.group, ctx.size, ctx.widths, ctx.pieces = layout, group, size, widths, pieces
+        ctx.bases = [(b.shape, b.dtype, b.device) for b in bases]
+        whole = _to_heads(send.view(size, tokens, -1), layout, group).view(1, -1, groups, sum(widths))
+        kept = [piece.view(bases[piece.base]).contiguous() for piece in pieces if piece.kept]
+        return (whole, *kept)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad, *kept_grads):
         _, _, groups, width = grad.shape
         back = _to_tokens(grad.reshape(-1, groups * width), ctx.layout, ctx.group, ctx.size)
         back = back.view(ctx.size, -1, groups, width)
-        starts = itertools.accumulate([0, *ctx.widths])
-        grads = [back[..., s : s + w].transpose(0, 1) for s, w in zip(starts, ctx.widths, strict=False)]
-        return (None, None, None, *grads)
+        sent = iter(zip(itertools.accumulate([0, *ctx.widths]), ctx.widths, strict=False))
+        kept = iter(kept_grads)
+        buffers = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.bases]
+        covered = [0] * len(buffers)
+        for piece in ctx.pieces:
+            target = piece.view(buffers[piece.base])
+            covered[piece.base] += target.numel()
+            if piece.kept:
+                source = next(kept)
+                target.copy_(source) if source is not None else target.zero_()
+            else:
+                start, size = next(sent)
+                target.copy_(back[..., start : start + size].transpose(0, 1))
+        for buffer, count in zip(buffers, covered, strict=True):
+            if count != buffer.numel():  # pragma: no cover - every caller's pieces cover their projection
+                raise AssertionError("the exchange's pieces must cover each projection output exactly")
+        return (None, None, None, None, *buffers)
 
 
 class _ScatterHeads(torch.autograd.Function):
@@ -182,9 +214,9 @@ class ContextParallel:
         """The zigzag layout of a checked pack: built once per pack (every GDN layer of a step reuses it)."""
         return _layouts.get(checked_cu_seqlens, offsets, self.size, local_tokens)
 
-    def to_heads(self, layout: ZigzagLayout, *parts: torch.Tensor) -> torch.Tensor:
-        """Parts [T_local, CP, G, f_i] -> [1, T, G, sum f_i]: the whole pack for this rank's head group."""
-        return _GatherHeads.apply(layout, self.group, self.size, *parts)
+    def to_heads(self, layout: ZigzagLayout, pieces: list[Piece], *bases: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """([1, T, G, sum f] of the sent pieces for this rank's head group, then each kept piece's copy)."""
+        return _GatherHeads.apply(layout, self.group, self.size, tuple(pieces), *bases)
 
     def to_tokens(self, layout: ZigzagLayout, whole: torch.Tensor) -> torch.Tensor:
         """[1, T, G, f] of this rank's head group -> [1, T_local, CP * G, f]: its tokens, the TP share's heads."""

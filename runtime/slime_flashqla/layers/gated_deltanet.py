@@ -18,7 +18,7 @@ from slime_flashqla.gdn import get_chunk_gated_delta_rule
 from slime_flashqla.gdn.names import BACKENDS, DEFAULT_BACKEND
 from slime_flashqla.kernels.preload import start_kernel_preload
 from slime_flashqla.layers.config import GDNConfig
-from slime_flashqla.layers.context_parallel import ContextParallel, ContextParallelError
+from slime_flashqla.layers.context_parallel import ContextParallel, ContextParallelError, Piece
 from slime_flashqla.layers.ops import gdn_gates, rms_norm_gated, shared_input_linears, short_conv_silu
 from slime_flashqla.layers.tensor_parallel import ShardRule, TensorParallel, check_same_layer
 from slime_flashqla.triton_ops.causal_conv1d import ProjectionLayout
@@ -199,10 +199,15 @@ class _GatedDeltaNetBase(nn.Module):
         """(q, k, v, z, b, a): q/k/v after the short conv, z, and the gates' inputs b and a."""
         raise NotImplementedError
 
-    def _gathered(self, layout, *parts: torch.Tensor) -> torch.Tensor:
-        """Parts [B, T, Hk, f] of this rank's tokens -> [1, T_pack, Hk/CP, sum f] for its head group (CP only)."""
-        tokens, size = parts[0].shape[1], self.cp.size
-        return self.cp.to_heads(layout, *(p.reshape(tokens, size, -1, p.shape[-1]) for p in parts))
+    def _gathered(self, layout, pieces, *bases: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(this rank's head group of the sent pieces over the whole pack [1, T_pack, Hk/CP, f], kept pieces)."""
+        whole, *kept = self.cp.to_heads(layout, pieces, *bases)
+        return whole.view(1, whole.shape[1], -1), *kept
+
+    def _by_group(self, columns: slice, width: int):
+        """A view function: [B, T, heads * width] -> [T, CP, heads/CP, the columns] (per-head layouts)."""
+        size = self.cp.size
+        return lambda t: t.view(t.shape[1], size, -1, width)[..., columns]
 
     def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
         """[B, T, hidden] -> [B, T, hidden]; with cu_seqlens (B == 1) no token sees another sequence.
@@ -313,15 +318,17 @@ class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
                 qkvz, conv_weight, cu_seqlens, ProjectionLayout(heads, k_dim, v_dim, v_dim)
             )
             return query, key, value, z, ba[..., :group], ba[..., group:]
-        per_head = qkvz.view(batch, tokens, heads, 2 * k_dim + 2 * v_dim)
-        z = per_head[..., 2 * k_dim + v_dim :]
-        # q, k, v and b, a of this rank's head group travel together; z stays for the norm, here.
-        mixed = self._gathered(layout, per_head[..., : 2 * k_dim + v_dim], ba)
-        own = self.kernel_config.num_key_heads
-        conv_layout = ProjectionLayout(own, k_dim, v_dim, 2 * group)
-        query, key, value, gates = short_conv_silu(
-            mixed.view(1, mixed.shape[1], -1), conv_weight, cu_seqlens, conv_layout
-        )
+        # q, k, v and b, a of this rank's head group travel together; z stays here for the norm,
+        # copied out so that the projection's buffer is not held until the backward.
+        width = 2 * k_dim + 2 * v_dim
+        pieces = [
+            Piece(0, self._by_group(slice(0, 2 * k_dim + v_dim), width)),
+            Piece(1, self._by_group(slice(None), 2 * group)),
+            Piece(0, lambda t: t.view(batch, tokens, heads, width)[..., 2 * k_dim + v_dim :], kept=True),
+        ]
+        mixed, z = self._gathered(layout, pieces, qkvz, ba)
+        conv_layout = ProjectionLayout(self.kernel_config.num_key_heads, k_dim, v_dim, 2 * group)
+        query, key, value, gates = short_conv_silu(mixed, conv_weight, cu_seqlens, conv_layout)
         return query, key, value, z, gates[..., :group], gates[..., group:]
 
 
@@ -346,7 +353,7 @@ class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
         }
 
     def _mix(self, hidden_states, cu_seqlens, layout):
-        batch, tokens, _ = hidden_states.shape
+        tokens = hidden_states.shape[1]
         # b and a (num_v_heads columns each) as one GEMM: two GEMMs that narrow are launch-bound.
         ba_weight = torch.cat(
             [
@@ -367,17 +374,21 @@ class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
             return query, key, value, z, ba[..., :heads], ba[..., heads:]
         # The flat checkpoint layout [q_all, k_all, v_all], [b_all, a_all]: each section's head
         # groups are contiguous, so every section travels as [T, CP, 1, its group's columns].
-        q, k, v = torch.split(qkv, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        b, a = ba[..., :heads], ba[..., heads:]
         size = self.cp.size
-        mixed = self._gathered(layout, *(t.reshape(batch, tokens, size, t.shape[-1] // size) for t in (q, k, v, b, a)))
-        own_k, own_v = self.kernel_config.key_dim, self.kernel_config.value_dim
-        own_heads = self.kernel_config.num_value_heads
-        conv_layout = ProjectionLayout(1, own_k, own_v, 2 * own_heads)
-        query, key, value, gates = short_conv_silu(
-            mixed.view(1, mixed.shape[1], -1), conv_weight, cu_seqlens, conv_layout
-        )
-        return query, key, value, z, gates[..., :own_heads], gates[..., own_heads:]
+
+        def section(start: int, length: int):
+            return lambda t: t[..., start : start + length].view(tokens, size, 1, length // size)
+
+        k_dim, v_dim = self.key_dim, self.value_dim
+        pieces = [
+            Piece(0, section(0, k_dim)), Piece(0, section(k_dim, k_dim)), Piece(0, section(2 * k_dim, v_dim)),
+            Piece(1, section(0, heads)), Piece(1, section(heads, heads)),
+        ]  # fmt: skip
+        (mixed,) = self._gathered(layout, pieces, qkv, ba)
+        own = self.kernel_config
+        conv_layout = ProjectionLayout(1, own.key_dim, own.value_dim, 2 * own.num_value_heads)
+        query, key, value, gates = short_conv_silu(mixed, conv_weight, cu_seqlens, conv_layout)
+        return query, key, value, z, gates[..., : own.num_value_heads], gates[..., own.num_value_heads :]
 
 
 def init_like_checkpoint(layer: _GatedDeltaNetBase, std: float = 0.02) -> None:
