@@ -17,7 +17,7 @@ import pytest
 from helpers.flashqla_dispatch import read_dispatch
 from helpers.pypi import run_pip
 from slime_flashqla.gdn.flashqla_support import CAPABILITIES, RELEASES, kernels_on, sm
-from slime_flashqla.gdn.packages import installed_version
+from slime_flashqla.host.packages import installed_version
 
 # An A100 besides the table's own capabilities: no release dispatches it.
 CHECKED = (*CAPABILITIES, (8, 0))

@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from slime_flashqla.gdn.errors import FlashQLAUnavailableError
 from slime_flashqla.gdn.flashqla_support import label, release_for, sm
-from slime_flashqla.gdn.packages import installed_version
+from slime_flashqla.host.packages import installed_version
 
 MIN_TORCH = (2, 8)
 MIN_CUDA = (12, 8)

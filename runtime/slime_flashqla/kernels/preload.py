@@ -308,7 +308,7 @@ def _could_preload(backend: str) -> bool:
     if not _gpu_present():
         return False
     from slime_flashqla.gdn.backends import AUTO, KERNEL_BACKENDS
-    from slime_flashqla.gdn.packages import is_installed
+    from slime_flashqla.host.packages import is_installed
 
     names = list(KERNEL_BACKENDS) if backend == AUTO else [backend]
     sources = [getattr(KERNEL_BACKENDS[name], "specialisations", None) for name in names if name in KERNEL_BACKENDS]

@@ -352,9 +352,10 @@ class TileLangPackage:
 
     def stack(self) -> dict:
         """GPU architecture and the versions of `distributions` here."""
-        from slime_flashqla.diagnostics.node import distribution_version, gpu_archs_and_names
+        from slime_flashqla.host.gpus import gpu_archs_and_names
+        from slime_flashqla.host.packages import distribution_version
 
-        # The fields `cache export` fingerprints too, read the same way (diagnostics/node.py).
+        # The fields `cache export` fingerprints too, read the same way (host/).
         arch, _ = gpu_archs_and_names()
         return {"gpu_arch": arch, **{name: distribution_version(name) for name in self.distributions}}
 

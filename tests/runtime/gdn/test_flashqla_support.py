@@ -23,7 +23,7 @@ from slime_flashqla.gdn.flashqla_support import (
     support_label,
     support_line,
 )
-from slime_flashqla.gdn.packages import is_installed
+from slime_flashqla.host.packages import is_installed
 
 from .fake_gpu import machine  # noqa: F401  (fixture)
 

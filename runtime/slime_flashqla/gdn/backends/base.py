@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from slime_flashqla.gdn.packages import require
+from slime_flashqla.host.packages import require
 
 if TYPE_CHECKING:
     import torch

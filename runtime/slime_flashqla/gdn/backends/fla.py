@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from slime_flashqla.gdn.backends.base import GDNBackend
 from slime_flashqla.gdn.fla_kernels import hopper_backward_problem
-from slime_flashqla.gdn.packages import installed_version, is_installed
+from slime_flashqla.host.packages import installed_version, is_installed
 
 if TYPE_CHECKING:
     import torch

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from slime_flashqla.gdn.backends.base import GDNBackend, TileLangSource
 from slime_flashqla.gdn.errors import FlashQLAUnavailableError
-from slime_flashqla.gdn.packages import installed_version, is_installed
 from slime_flashqla.gdn.validation import describe_unmet, flashqla_runtime_status, validate_flashqla_runtime
+from slime_flashqla.host.packages import installed_version, is_installed
 
 if TYPE_CHECKING:
     import torch
