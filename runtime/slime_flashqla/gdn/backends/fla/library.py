@@ -1,4 +1,4 @@
-"""FLA's own chunk_gated_delta_rule, reached past FLA's backend dispatch.
+"""What the installed FLA does: its own chunk_gated_delta_rule past its dispatch, GVA, forwarding, FLA #640.
 
 FLA >= 0.6 wraps `chunk_gated_delta_rule` in a dispatcher that forwards to FlashQLA
 whenever flash_qla is importable (env FLA_FLASH_QLA, default on).  A user who asks for
