@@ -151,7 +151,7 @@ def base_image(image: Image, env: Mapping[str, str] = os.environ, versions: Mapp
 
 def flashqla_support_label(version: str) -> str:
     """What flash-qla `version` runs per GPU, from the runtime's support table (loaded by path: no torch)."""
-    path = RUNTIME / "slime_flashqla" / "gdn" / "flashqla_support.py"
+    path = RUNTIME / "slime_flashqla" / "gdn" / "backends" / "flashqla" / "releases.py"
     spec = importlib.util.spec_from_file_location("_slime_flashqla_support", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the file runs

@@ -16,8 +16,8 @@ import pytest
 
 from helpers.flashqla_dispatch import read_dispatch
 from helpers.pypi import run_pip
-from slime_flashqla.gdn.flashqla_support import CAPABILITIES, RELEASES, kernels_on, sm
-from slime_flashqla.gdn.packages import installed_version
+from slime_flashqla.gdn.backends.flashqla.releases import CAPABILITIES, RELEASES, kernels_on, sm
+from slime_flashqla.host.packages import installed_version
 
 # An A100 besides the table's own capabilities: no release dispatches it.
 CHECKED = (*CAPABILITIES, (8, 0))
@@ -64,7 +64,7 @@ def test_every_release_on_pypi_has_a_row_read_from_it(released):
     unread = sorted(set(released) - read)
     assert not unread, (
         f"flash-qla {', '.join(unread)} is on PyPI, but no row of the support table "
-        "(runtime/slime_flashqla/gdn/flashqla_support.py) was read from it: read its dispatch and add one"
+        "(runtime/slime_flashqla/gdn/backends/flashqla/releases.py) was read from it: read its dispatch and add one"
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_flashqla.gdn.flashqla_support import support_label
+from slime_flashqla.gdn.backends.flashqla.releases import support_label
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSIONS = tomllib.loads((ROOT / "env" / "versions.toml").read_text())

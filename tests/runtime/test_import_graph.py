@@ -1,40 +1,51 @@
-"""The package's import graph: folders on floors, every import pointing down, no circle between modules.
+"""The package's import graph: folders in two columns under the commands, over one ground floor.
 
-Read from the source with `ast` (imports inside functions included), so a lazy import that
-points back up is caught as surely as one at the top of a module. A module's
+Every import points down and the two columns import nothing of each other; no two modules import
+each other in a circle. Read from the source with `ast` (imports inside functions included), so a
+lazy import that points back up is caught as surely as one at the top of a module. A module's
 `if __name__ == "__main__":` block is its program entry, which nothing imports: not counted.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
+import re
 from collections import defaultdict
 from pathlib import Path
 
 import slime_flashqla
 
 PACKAGE = Path(slime_flashqla.__file__).parent
-# Top to bottom: a folder imports only folders below it (README's layout table lists them so).
-FLOORS = [
-    "cli",
-    "bench",
-    "kernel_cache",
-    "diagnostics",
-    "integrations",
-    "comm_guard",
-    "layers",
-    "kernels",
-    "gdn",
-    "triton_ops",
-    "workload",
-    "files",
-]
-# The edges that point up, each with why it stays.
-UPWARD = {
-    # diagnostics/node.py, the one home of the node's GPU and version queries, is a leaf: a
-    # preload record's fingerprint reads it as `cache export` does.
-    ("kernels.tilelang_specs", "diagnostics.node"): "leaf queries",
+README = PACKAGE.parents[1] / "README.md"
+# The ground floor: imports no other folder of the package; every folder may import it.
+GROUND = ["host", "workload", "files"]
+# Each column top to bottom: a folder imports only the folders below it in its column (and the ground).
+COLUMNS = {
+    "GDN": ["layers", "kernels", "gdn", "triton_ops"],
+    "comm": ["comm_guard"],
 }
+# Above the columns, top to bottom: a folder imports those below it here and the columns it stands on.
+ABOVE = {
+    "cli": {"GDN"},
+    "bench": {"GDN", "comm"},
+    "diagnostics": {"GDN", "comm"},
+    "kernel_cache": {"GDN"},
+    "integrations": {"GDN", "comm"},
+}
+
+
+def allowed() -> dict[str, set[str]]:
+    """Folder -> the folders it may import, as the floors above say."""
+    may = {name: set() for name in GROUND}
+    for column in COLUMNS.values():
+        for i, name in enumerate(column):
+            may[name] = {*column[i + 1 :], *GROUND}
+    above = list(ABOVE)
+    for i, name in enumerate(above):
+        columns = {member for column in ABOVE[name] for member in COLUMNS[column]}
+        may[name] = {*above[i + 1 :], *columns, *GROUND}
+    return may
 
 
 def module_name(path: Path) -> str:
@@ -94,20 +105,47 @@ def folder(module: str) -> str | None:
     return head if (PACKAGE / head).is_dir() else None
 
 
-def test_every_folder_is_on_a_floor():
+def test_every_folder_is_on_a_floor_once():
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert folders == set(FLOORS)
+    placed = [*GROUND, *(name for column in COLUMNS.values() for name in column), *ABOVE]
+    assert sorted(placed) == sorted(folders)
 
 
-def test_no_import_points_up_but_the_listed_ones():
-    floor = {name: i for i, name in enumerate(FLOORS)}
-    upward = set()
+def test_every_import_points_down_and_no_column_imports_the_other():
+    """No exception: an import the floors do not allow fails, wherever in a module it sits."""
+    may = allowed()
+    wrong = sorted(
+        f"{source} -> {target}"
+        for source, targets in imports().items()
+        for target in targets
+        if (a := folder(source)) and (b := folder(target)) and a != b and b not in may[a]
+    )
+    assert not wrong, wrong
+
+
+def test_each_column_and_each_stand_is_used():
+    """The floors claim no tie the code lacks: each folder over another in a column imports it, each stand is real."""
+    used = defaultdict(set)
     for source, targets in imports().items():
-        for target in targets:
-            a, b = folder(source), folder(target)
-            if a and b and floor[b] < floor[a]:
-                upward.add((source, target))
-    assert upward == set(UPWARD)
+        used[folder(source)] |= {folder(target) for target in targets}
+    for column in COLUMNS.values():
+        for upper, lower in itertools.pairwise(column):
+            assert lower in used[upper], f"{upper} does not import {lower}"
+    for name, columns in ABOVE.items():
+        for column in columns:
+            assert used[name] & set(COLUMNS[column]), f"{name} stands on no folder of the {column} column"
+
+
+def test_the_readme_draws_the_floors_as_they_are():
+    """README's Layout table lists the folders floor by floor, in this test's order, each with its floor."""
+    section = README.read_text(encoding="utf-8").split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| ([^|`]+?) \| `([a-z_]+)/", section, re.M)
+    expected = [
+        *(("above the columns", name) for name in ABOVE),
+        *((f"{column} column", name) for column, names in COLUMNS.items() for name in names),
+        *(("ground floor", name) for name in GROUND),
+    ]
+    assert rows == expected
 
 
 def test_no_circle_between_modules():
@@ -128,10 +166,3 @@ def test_no_circle_between_modules():
 
     for module in sorted(edges):
         visit(module)
-
-
-def test_the_modules_an_upward_edge_reaches_stay_leaves():
-    """An upward edge may only reach a module that imports nothing of this package: it can drag no floor in."""
-    graph = imports()
-    for _, target in UPWARD:
-        assert not graph.get(target), f"{target} imports {sorted(graph[target])}"

@@ -52,7 +52,7 @@ def environment(device, module: str) -> dict:
     import torch
 
     from slime_flashqla import __version__
-    from slime_flashqla.gdn.packages import installed_version
+    from slime_flashqla.host.packages import kernel_package_versions
 
     cuda = device.type == "cuda"
     return {
@@ -67,7 +67,7 @@ def environment(device, module: str) -> dict:
         "cpu": platform.processor() or platform.machine(),
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
-        "packages": {name: installed_version(name) for name in ("triton", "fla", "flash_qla", "tilelang")},
+        "packages": kernel_package_versions(),
         "slime_flashqla": __version__,
         "env": {name: os.environ[name] for name in ENV_VARS if name in os.environ},
     }

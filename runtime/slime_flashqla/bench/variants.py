@@ -126,7 +126,7 @@ def variant_problem(
 
 def slime_layer_problem(setup: LayerSetup) -> str | None:
     """Why slime's own layer cannot be built here (its source, FLA's modules it builds, a GPU), or None."""
-    from slime_flashqla.gdn.packages import is_installed
+    from slime_flashqla.host.packages import is_installed
     from slime_flashqla.integrations.slime.source import SlimeSourceError, slime_source
 
     try:

@@ -1,6 +1,7 @@
-"""The node report behind `slime-flashqla doctor`, the `check` job, and the driver and GPU queries they share.
+"""The node report behind `slime-flashqla doctor` and the `check` job.
 
 - `report`: versions, GPU, backends, FlashQLA, warnings and notes, as JSON-ready data;
-- `check`: one GDN layer forward and backward (and kernel parity on a GPU);
-- `node`: the NVIDIA driver and the visible GPUs (also read by the kernel cache archive).
+- `check`: one GDN layer forward and backward (and kernel parity on a GPU).
+
+The node's own facts (GPUs, driver, installed versions) are `host/`'s, on the ground floor.
 """

@@ -7,9 +7,9 @@ import sys
 
 from packaging.version import InvalidVersion, Version
 
-from slime_flashqla.diagnostics.node import driver_cuda, gpus, nvidia_smi_driver
 from slime_flashqla.gdn.backends.auto import explain_auto, in_auto_order
-from slime_flashqla.gdn.packages import PIP_PACKAGES, installed_version
+from slime_flashqla.host.gpus import driver_cuda, gpus, nvidia_smi_driver
+from slime_flashqla.host.packages import kernel_package_versions
 
 
 def _version(text: str | None) -> Version | None:
@@ -77,7 +77,7 @@ def collect_report() -> dict:
         "driver": nvidia_smi_driver() if cuda else None,
         "driver_cuda": driver_cuda() if cuda else None,
         "gpus": gpus(),
-        "packages": {module: installed_version(module) for module in PIP_PACKAGES},
+        "packages": kernel_package_versions(),
         "backends": backends,
         **facts,
         "auto": {"backend": choice.backend, "reason": choice.reason, "for": "bf16 training, K=V=128"},

@@ -20,9 +20,9 @@ _HOMES = {
     "GDNInputError": "errors",
     "GDNShape": "inputs",
     "check_inputs": "inputs",
-    "RuntimeStatus": "validation",
-    "flashqla_runtime_status": "validation",
-    "validate_flashqla_runtime": "validation",
+    "RuntimeStatus": "backends.flashqla.runtime",
+    "flashqla_runtime_status": "backends.flashqla.runtime",
+    "validate_flashqla_runtime": "backends.flashqla.runtime",
 }
 
 __all__ = sorted(_HOMES)

@@ -12,8 +12,9 @@ import threading
 
 import torch
 
-from slime_flashqla.gdn.backends import AUTO, KERNEL_BACKENDS, GDNBackend
+from slime_flashqla.gdn.backends import AUTO, KERNEL_BACKENDS
 from slime_flashqla.gdn.backends.auto import BackendChoice, choose_backend, explain_auto
+from slime_flashqla.gdn.backends.contract import KernelContract
 from slime_flashqla.gdn.empty import empty_outputs
 from slime_flashqla.gdn.errors import GDNInputError
 from slime_flashqla.gdn.inputs import GDNShape, check_inputs
@@ -45,7 +46,7 @@ def _check_name(backend: str) -> str:
     return backend
 
 
-def _launch(backend: GDNBackend, shape: GDNShape, q, k, v, g, beta, **kwargs):
+def _launch(backend: KernelContract, shape: GDNShape, q, k, v, g, beta, **kwargs):
     if shape.empty:  # no kernel is written for an empty grid
         return empty_outputs(shape, q, v, kwargs.get("initial_state"), kwargs.get("output_final_state", False))
     kernel = backend.kernel()
@@ -56,7 +57,7 @@ def _launch(backend: GDNBackend, shape: GDNShape, q, k, v, g, beta, **kwargs):
 class GDNKernel:
     """chunk_gated_delta_rule on one kernel backend, refusing with the reason before any launch."""
 
-    def __init__(self, backend: GDNBackend) -> None:
+    def __init__(self, backend: KernelContract) -> None:
         self.backend = backend.name
         self._backend = backend
         # The runtime verdict (versions, capability, package) cannot change within a process;

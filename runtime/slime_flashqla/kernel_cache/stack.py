@@ -7,8 +7,8 @@ import re
 import sys
 from dataclasses import dataclass, field, replace
 
+from slime_flashqla.host.cuda_toolchain import same_release, tilelang_nvcc_version
 from slime_flashqla.kernel_cache.format import CACHE_NAMES, ArchiveError, shown
-from slime_flashqla.kernels.cuda_toolchain import same_release, tilelang_nvcc_version
 
 # Distributions whose versions decide whether a cached kernel fits: the compilers (tilelang with
 # its apache-tvm-ffi runtime, triton), the kernel sources (flash-qla, fla), torch, and this package.
@@ -43,7 +43,7 @@ class Stack:
     gpu_arch: str
     gpu_name: str
     versions: dict = field(default_factory=dict)
-    nvcc: str | None = None  # the CUDA compiler TileLang compiles with (cuda_toolchain.py)
+    nvcc: str | None = None  # the CUDA compiler TileLang compiles with (host/cuda_toolchain.py)
     driver: str | None = None  # NVIDIA driver version (nvidia-smi)
     driver_cuda: str | None = None  # the newest CUDA that driver runs
     missing: tuple = ()  # TOOLCHAIN_FIELDS the manifest does not record (an older slime-flashqla wrote it)
@@ -76,12 +76,8 @@ def current_stack() -> Stack:
     """This machine's stack: GPU and driver (via torch, nvidia-smi), versions (package metadata), TileLang's nvcc."""
     import torch
 
-    from slime_flashqla.diagnostics.node import (
-        distribution_version,
-        driver_cuda,
-        gpu_archs_and_names,
-        nvidia_smi_driver,
-    )
+    from slime_flashqla.host.gpus import driver_cuda, gpu_archs_and_names, nvidia_smi_driver
+    from slime_flashqla.host.packages import distribution_version
 
     versions = {name: distribution_version(name) for name in VERSION_DISTRIBUTIONS}
     versions["torch.cuda"] = torch.version.cuda

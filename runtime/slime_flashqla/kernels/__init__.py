@@ -4,7 +4,6 @@
 - `imports`: import the kernel packages a layer will run, up front, timed.
 - `preload`: load the specialisations a warm-up recorded, on a thread, when a layer is built.
 - `compile_log`: count TileLang compiles and Triton compiles/autotunes as the libraries report them.
-- `cuda_toolchain`: the CUDA compiler TileLang compiles with, found by its own rule.
 
 Filling and moving the cache is `kernel_cache/`; timing a fresh process's first step is
 `bench/first_step.py`. Nothing here imports torch, fla, flash_qla, tilelang or triton at import time.

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 from slime_flashqla.gdn.names import AUTO, BACKENDS
-from slime_flashqla.gdn.packages import is_installed
+from slime_flashqla.host.packages import is_installed
 
 LAYER_OPS = "triton layer ops"
 

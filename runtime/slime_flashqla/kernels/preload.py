@@ -81,18 +81,18 @@ def kernel_source(backend: str):
     """The backend's source of recorded specialisations, or None (it keeps none)."""
     from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 
-    return _source_of(KERNEL_BACKENDS[backend].specialisations)
+    return _source_of(KERNEL_BACKENDS[backend].tilelang)
 
 
 @functools.cache
 def _source_of(declared):
     """What a backend declares (a TileLangSource) as the object that records and loads its programs."""
-    from slime_flashqla.gdn.backends.base import TileLangSource
+    from slime_flashqla.gdn.backends.tooling import TileLangSource
 
     if isinstance(declared, TileLangSource):
         from slime_flashqla.kernels.tilelang_specs import TileLangPackage
 
-        return TileLangPackage(declared.package, declared.distributions, declared.importer)
+        return TileLangPackage(declared)
     return declared  # None, or an object that already records and loads (the tests' stand-ins)
 
 
@@ -308,10 +308,10 @@ def _could_preload(backend: str) -> bool:
     if not _gpu_present():
         return False
     from slime_flashqla.gdn.backends import AUTO, KERNEL_BACKENDS
-    from slime_flashqla.gdn.packages import is_installed
+    from slime_flashqla.host.packages import is_installed
 
     names = list(KERNEL_BACKENDS) if backend == AUTO else [backend]
-    sources = [getattr(KERNEL_BACKENDS[name], "specialisations", None) for name in names if name in KERNEL_BACKENDS]
+    sources = [getattr(KERNEL_BACKENDS[name], "tilelang", None) for name in names if name in KERNEL_BACKENDS]
     packages = [getattr(source, "package", None) for source in sources if source is not None]
     return any(package is None or is_installed(package) for package in packages)
 

@@ -37,10 +37,14 @@ from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slime_flashqla.errors import one_line
 from slime_flashqla.kernels.compile_log import TILELANG_COMPILE
 from slime_flashqla.kernels.tilelang_prefetch import compile_ahead as _compile_ahead
+
+if TYPE_CHECKING:
+    from slime_flashqla.gdn.backends.tooling import TileLangSource
 
 PROGRAMS = "programs"  # under the record directory: <cache key>.json.gz
 KERNEL_LOGGER = "tilelang.jit.kernel"  # where JITKernel logs a real compile (tilelang/jit/kernel.py)
@@ -334,39 +338,40 @@ def specialisations(
     return [TileLangSpecialisation(spec, Path(cache_dir), Path(record_dir), use_program) for spec in specs]
 
 
-@dataclass
+@dataclass(frozen=True)
 class TileLangPackage:
-    """A kernel package built from `@tilelang.jit` factories, as a source of recorded specialisations."""
+    """What a backend's `TileLangSource` declares, as the source of its recorded specialisations."""
 
-    package: str  # import name, e.g. "flash_qla"
-    distributions: tuple[str, ...]  # whose versions decide whether a recorded program still fits
-    importer: object  # imports the package the way its backend does (a callable)
+    declared: TileLangSource  # the package, the distributions its programs depend on, its importer
 
     def snapshot(self) -> set:
         """The call forms built so far in this process."""
-        return call_forms(jit_factories(self.package))
+        return call_forms(jit_factories(self.declared.package))
 
     def record(self, before: set, cache_dir: Path, record_dir: Path) -> tuple[list[dict], list[str]]:
         """The call forms built since `before` (see `record`)."""
-        return record(jit_factories(self.package), before, cache_dir, record_dir)
+        return record(jit_factories(self.declared.package), before, cache_dir, record_dir)
 
     def stack(self) -> dict:
-        """GPU architecture and the versions of `distributions` here."""
-        from slime_flashqla.diagnostics.node import distribution_version, gpu_archs_and_names
+        """GPU architecture and the versions of the declared distributions here."""
+        from slime_flashqla.host.gpus import gpu_archs_and_names
+        from slime_flashqla.host.packages import distribution_version
 
-        # The fields `cache export` fingerprints too, read the same way (diagnostics/node.py).
+        # The fields `cache export` fingerprints too, read the same way (host/).
         arch, _ = gpu_archs_and_names()
-        return {"gpu_arch": arch, **{name: distribution_version(name) for name in self.distributions}}
+        return {"gpu_arch": arch, **{name: distribution_version(name) for name in self.declared.distributions}}
 
     def specialisations(self, specs: list[dict], cache_dir: Path, record_dir: Path, use_program: bool):
         """Import the package (as its backend does) and return the specs as loadable specialisations."""
-        self.importer()
+        self.declared.importer()
         return specialisations(specs, cache_dir, record_dir, use_program)
 
     def compile_ahead(self, steps, threads: int, lock):
         """Import the package, find the kernels `steps()` calls and compile them on `threads` threads (a Prefetch)."""
-        self.importer()
-        return _compile_ahead(self.package, steps, threads, lock, name_of=factory_name, compile_fn=compile_program)
+        self.declared.importer()
+        return _compile_ahead(
+            self.declared.package, steps, threads, lock, name_of=factory_name, compile_fn=compile_program
+        )
 
     guard_problem = staticmethod(compile_guard_problem)
     guard = staticmethod(refusing_compiles)

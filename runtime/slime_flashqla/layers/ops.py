@@ -3,11 +3,10 @@
 On CUDA they are slime_flashqla.triton_ops' fixed-launch kernels, not FLA's: FLA's gated norm
 autotunes per bucket of pack sizes (a stall at every new bucket of an RL stream), and
 importing any FLA module imports every FLA layer and model (docs/benchmarks.md has the cost).
+Elsewhere each op's PyTorch reference runs, which lives beside the op (`triton_ops/<op>.py`).
 """
 
 from __future__ import annotations
-
-import itertools
 
 import torch
 import torch.nn.functional as F
@@ -55,76 +54,29 @@ def use_triton_ops(x: torch.Tensor) -> bool:
     return x.is_cuda
 
 
-def causal_conv1d_silu_torch(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=None) -> torch.Tensor:
-    """Depthwise causal conv + SiLU over [B, T, D] with weight [D, 1, W]; sequences never mix."""
-    width = weight.shape[-1]
-
-    def conv(segment):  # [B, t, D]
-        y = F.conv1d(F.pad(segment.transpose(1, 2), (width - 1, 0)), weight, groups=weight.shape[0])
-        return F.silu(y).transpose(1, 2)
-
-    if cu_seqlens is None:
-        return conv(x)
-    offsets = cu_seqlens.tolist()
-    # An empty sequence (a repeated offset, as padded packs have) has nothing to convolve.
-    return torch.cat([x[:, :0], *(conv(x[:, a:b]) for a, b in itertools.pairwise(offsets) if b > a)], dim=1)
-
-
 def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=None) -> torch.Tensor:
     """Causal short convolution with SiLU; restarts at every cu_seqlens boundary."""
     if use_triton_ops(x):
         return triton_ops.causal_conv1d_silu(x, weight, cu_seqlens)
-    return causal_conv1d_silu_torch(x, weight, cu_seqlens)
-
-
-def short_conv_silu_torch(proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout):
-    """(q, k, v[, z]) of a projection laid out as `layout`: q/k/v gathered, conv'd and split; z a view."""
-    b, t, _ = proj.shape
-    groups = proj.view(b, t, layout.groups, layout.group_width)
-    qw, vw = layout.q_width, layout.v_width
-    starts = (0, qw, 2 * qw)
-    parts = [groups[..., s : s + w].reshape(b, t, -1) for s, w in zip(starts, (qw, qw, vw), strict=True)]
-    y = causal_conv1d_silu_torch(torch.cat(parts, dim=-1), weight, cu_seqlens)
-    q, k, v = torch.split(y, layout.section_widths, dim=-1)
-    if not layout.z_width:
-        return q, k, v
-    return q, k, v, groups[..., layout.group_width - layout.z_width :]
+    return triton_ops.causal_conv1d_silu_reference(x, weight, cu_seqlens)
 
 
 def short_conv_silu(proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout):
     """(q, k, v[, z]) of a GDN projection: the short conv read in place, this package's Triton kernels on CUDA."""
     if use_triton_ops(proj):
         return triton_ops.short_conv_silu(proj, weight, cu_seqlens, layout)
-    return short_conv_silu_torch(proj, weight, cu_seqlens, layout)
-
-
-def gdn_gates_torch(a, b, A_log, dt_bias):
-    """(g, beta) as slime's and Hugging Face's layers compute them: g in float32, beta in b's dtype."""
-    shape = (*a.shape[:2], -1)
-    # dt_bias joins in its own dtype, as in slime's layers: float32 from bf16 parameters.
-    g = -A_log.float().exp() * F.softplus(a.reshape(shape).float() + dt_bias)
-    return g, b.reshape(shape).sigmoid()
+    return triton_ops.short_conv_silu_reference(proj, weight, cu_seqlens, layout)
 
 
 def gdn_gates(a, b, A_log, dt_bias):
     """(g float32, beta) from the b/a projections ([B, T, H] or [B, T, Hk, H/Hk]); one fused kernel on CUDA."""
     if use_triton_ops(a):
         return triton_ops.gdn_gates(a, b, A_log, dt_bias)
-    return gdn_gates_torch(a, b, A_log, dt_bias)
-
-
-def rms_norm_gated_torch(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Qwen3-Next's RMSNormGated: weight * rmsnorm(x) * silu(gate), in float32 (or wider), cast back."""
-    dtype = x.dtype
-    compute = torch.promote_types(dtype, torch.float32)  # float64 stays float64
-    xc = x.to(compute)
-    normed = xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + eps)
-    out = weight * normed.to(dtype)
-    return (out * F.silu(gate.to(compute))).to(dtype)
+    return triton_ops.gdn_gates_reference(a, b, A_log, dt_bias)
 
 
 def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """Gated RMSNorm over the last dim; this package's Triton kernel on CUDA."""
     if use_triton_ops(x):
         return triton_ops.rms_norm_gated(x, gate, weight, eps)
-    return rms_norm_gated_torch(x, gate, weight, eps)
+    return triton_ops.rms_norm_gated_reference(x, gate, weight, eps)

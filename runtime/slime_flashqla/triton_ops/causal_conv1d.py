@@ -1,17 +1,19 @@
 """Depthwise causal conv1d + SiLU with autograd (dx, dweight), restarting at every cu_seqlens boundary.
 
-Two entry points on the same kernels:
-- `causal_conv1d_silu(x, weight, cu_seqlens)`: x [B, T, D] -> y [B, T, D].
+Two entry points on the same kernels, each beside its PyTorch reference:
+- `causal_conv1d_silu(x, weight, cu_seqlens)`: x [B, T, D] -> y [B, T, D]
+  (`causal_conv1d_silu_reference`).
 - `short_conv_silu(proj, weight, cu_seqlens, layout)`: the GDN layers' short convolution read
   straight out of the input projection's output, whatever its column layout (`ProjectionLayout`):
   returns q, k, v as dense tensors (and z as a view of `proj`), and its backward writes one
-  gradient for the whole projection output. No gathered copy of q/k/v is made in either pass.
+  gradient for the whole projection output. No gathered copy of q/k/v is made in either pass
+  (`short_conv_silu_reference` gathers, convolves and splits).
 
 Each token's sequence comes from a binary search over cu_seqlens inside the kernels, so
-nothing is read back to the host. Rounding follows `causal_conv1d_silu_torch` (layers/ops.py):
-the conv output is rounded to x's dtype, as F.conv1d's output tensor is, before the float32
-SiLU. cu_seqlens is trusted as the caller checked it (the layers run gdn.inputs'
-checked_cu_seqlens first): checking its values here would need a host sync.
+nothing is read back to the host. Rounding follows `causal_conv1d_silu_reference`: the conv
+output is rounded to x's dtype, as F.conv1d's output tensor is, before the float32 SiLU.
+cu_seqlens is trusted as the caller checked it (the layers run gdn.inputs' checked_cu_seqlens
+first): checking its values here would need a host sync.
 
 The backward is two passes: the first recomputes the conv, writes dpre = dy * silu'(pre) and
 reduces dweight, the second turns dpre into dx. dweight: each program writes a float32 partial
@@ -21,10 +23,12 @@ reduces dweight, the second turns dpre into dx. dweight: each program writes a f
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from slime_flashqla.triton_ops._host import cdiv, check_float, next_power_of_2, on_tensor_device
 
@@ -150,22 +154,50 @@ def _batch_stride(t):
     return t.stride(0) if t.shape[0] > 1 else 0
 
 
-def _varlen_args(x, cu_seqlens):
-    """(cu_seqlens or a dummy pointer, sequence count, binary-search steps)."""
-    if cu_seqlens is None:
-        return x, 1, 0
-    n_seqs = cu_seqlens.numel() - 1
-    return cu_seqlens, n_seqs, n_seqs.bit_length()
+def _sequence_args(x, cu_seqlens, t: int, layout: ProjectionLayout) -> dict:
+    """The kernels' sequence arguments: cu_seqlens (or a dummy pointer), T, sequence count, search steps, S."""
+    n_seqs = 1 if cu_seqlens is None else cu_seqlens.numel() - 1
+    return {
+        "cu_seqlens": x if cu_seqlens is None else cu_seqlens,
+        "T": t,
+        "n_seqs": n_seqs,
+        "n_iter": 0 if cu_seqlens is None else n_seqs.bit_length(),
+        "S": layout.group_width,
+    }
 
 
-def _section_args(tensors):
-    """Pointers and (batch, token) strides of the three sections (a plain tensor fills all three)."""
+def _section_args(tensors, names: tuple[str, str, str]) -> dict:
+    """The three sections under the kernel's `names`, with their (batch, token) strides (a plain tensor fills all)."""
     q, k, v = tensors if len(tensors) == 3 else tensors * 3
-    return (q, k, v), (_batch_stride(q), q.stride(1), _batch_stride(k), k.stride(1), _batch_stride(v), v.stride(1))
+    return {
+        **dict(zip(names, (q, k, v), strict=True)),
+        "sq_b": _batch_stride(q),
+        "sq_t": q.stride(1),
+        "sk_b": _batch_stride(k),
+        "sk_t": k.stride(1),
+        "sv_b": _batch_stride(v),
+        "sv_t": v.stride(1),
+    }
 
 
-def _layout_constants(layout: ProjectionLayout, width: int, bd: int) -> dict:
-    return {"D": layout.channels, "W": width, "G": layout.groups, "QW": layout.q_width, "VW": layout.v_width, "BD": bd}
+def _weight_args(weight) -> dict:
+    return {"w": weight, "sw_d": weight.stride(0), "sw_w": weight.stride(-1)}
+
+
+def _constants(layout: ProjectionLayout, width: int, bd: int, cfg: LaunchConfig, cu_seqlens) -> dict:
+    """A launch's compile-time constants and warps: the layout's, the block's, the launch config's."""
+    return {
+        "D": layout.channels,
+        "W": width,
+        "G": layout.groups,
+        "QW": layout.q_width,
+        "VW": layout.v_width,
+        "BD": bd,
+        "BT": cfg.bt,
+        "TILES": cfg.tiles,
+        "VARLEN": cu_seqlens is not None,
+        "num_warps": cfg.warps,
+    }
 
 
 def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int):
@@ -175,15 +207,16 @@ def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int):
     if b * t:
         cfg = FORWARD
         bd = layout.block_size(cfg.bd)
-        cu, n_seqs, n_iter = _varlen_args(x, cu_seqlens)
-        (yq, yk, yv), strides = _section_args(outputs)
         grid = (cdiv(layout.channels, bd), cdiv(t, cfg.bt * cfg.tiles), b)
         _kernels().short_conv_fwd_kernel[grid](
-            x, weight, yq, yk, yv, cu, t, n_seqs, n_iter, layout.group_width, _batch_stride(x), x.stride(1),
-            *strides, weight.stride(0), weight.stride(-1),
-            **_layout_constants(layout, width, bd), BT=cfg.bt, TILES=cfg.tiles,
-            VARLEN=cu_seqlens is not None, num_warps=cfg.warps,
-        )  # fmt: skip
+            x=x,
+            sx_b=_batch_stride(x),
+            sx_t=x.stride(1),
+            **_weight_args(weight),
+            **_section_args(outputs, ("yq", "yk", "yv")),
+            **_sequence_args(x, cu_seqlens, t, layout),
+            **_constants(layout, width, bd, cfg, cu_seqlens),
+        )
     return outputs
 
 
@@ -196,24 +229,33 @@ def _backward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, grads
     token_blocks = cdiv(t, p1.bt * p1.tiles)
     dw_partial = torch.empty((b * token_blocks, d, width), dtype=torch.float32, device=x.device)
     if b * t:
-        cu, n_seqs, n_iter = _varlen_args(x, cu_seqlens)
         grads = tuple(g if g.stride(-1) == 1 else g.contiguous() for g in grads)
-        (dq, dk, dv), strides = _section_args(grads)
         dpre = torch.empty((b, t, d), dtype=torch.float32 if DPRE_FLOAT32 else x.dtype, device=x.device)
-        common = (cu, t, n_seqs, n_iter, layout.group_width)
+        sequences = _sequence_args(x, cu_seqlens, t, layout)
         bd1 = layout.block_size(p1.bd)
         _kernels().short_conv_bwd_dpre_kernel[(cdiv(d, bd1), token_blocks, b)](
-            x, weight, dq, dk, dv, dpre, dw_partial, *common, _batch_stride(x), x.stride(1), *strides,
-            weight.stride(0), weight.stride(-1), **_layout_constants(layout, width, bd1),
-            BW=next_power_of_2(width), BT=p1.bt, TILES=p1.tiles, VARLEN=cu_seqlens is not None,
-            DEFER=DEFER_DWEIGHT and width <= DEFERRED_TAPS, num_warps=p1.warps,
-        )  # fmt: skip
+            x=x,
+            sx_b=_batch_stride(x),
+            sx_t=x.stride(1),
+            dpre=dpre,
+            dw_partial=dw_partial,
+            **_weight_args(weight),
+            **_section_args(grads, ("dq", "dk", "dv")),
+            **sequences,
+            **_constants(layout, width, bd1, p1, cu_seqlens),
+            BW=next_power_of_2(width),
+            DEFER=DEFER_DWEIGHT and width <= DEFERRED_TAPS,
+        )
         bd2 = layout.block_size(p2.bd)
         _kernels().short_conv_bwd_dx_kernel[(cdiv(d, bd2), cdiv(t, p2.bt * p2.tiles), b)](
-            dpre, weight, dx, *common, _batch_stride(dx), dx.stride(1), weight.stride(0), weight.stride(-1),
-            **_layout_constants(layout, width, bd2), BT=p2.bt, TILES=p2.tiles,
-            VARLEN=cu_seqlens is not None, num_warps=p2.warps,
-        )  # fmt: skip
+            dpre=dpre,
+            dx=dx,
+            sdx_b=_batch_stride(dx),
+            sdx_t=dx.stride(1),
+            **_weight_args(weight),
+            **sequences,
+            **_constants(layout, width, bd2, p2, cu_seqlens),
+        )
     dweight = dw_partial.sum(0) if b * t else dw_partial.new_zeros((d, width))
     return dx, dweight.view(weight.shape).to(weight.dtype)
 
@@ -283,3 +325,32 @@ def short_conv_silu(
     if layout.q_width == 0:
         raise ValueError("short_conv_silu: the layout has no q/k columns (use causal_conv1d_silu)")
     return _apply(proj, weight, cu_seqlens, layout, "short_conv_silu")
+
+
+def causal_conv1d_silu_reference(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=None) -> torch.Tensor:
+    """`causal_conv1d_silu` in PyTorch: F.conv1d per sequence then SiLU, over [B, T, D] with weight [D, 1, W]."""
+    width = weight.shape[-1]
+
+    def conv(segment):  # [B, t, D]
+        y = F.conv1d(F.pad(segment.transpose(1, 2), (width - 1, 0)), weight, groups=weight.shape[0])
+        return F.silu(y).transpose(1, 2)
+
+    if cu_seqlens is None:
+        return conv(x)
+    offsets = cu_seqlens.tolist()
+    # An empty sequence (a repeated offset, as padded packs have) has nothing to convolve.
+    return torch.cat([x[:, :0], *(conv(x[:, a:b]) for a, b in itertools.pairwise(offsets) if b > a)], dim=1)
+
+
+def short_conv_silu_reference(proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout):
+    """`short_conv_silu` in PyTorch: q/k/v gathered from `layout`, conv'd and split; z a view."""
+    b, t, _ = proj.shape
+    groups = proj.view(b, t, layout.groups, layout.group_width)
+    qw, vw = layout.q_width, layout.v_width
+    starts = (0, qw, 2 * qw)
+    parts = [groups[..., s : s + w].reshape(b, t, -1) for s, w in zip(starts, (qw, qw, vw), strict=True)]
+    y = causal_conv1d_silu_reference(torch.cat(parts, dim=-1), weight, cu_seqlens)
+    q, k, v = torch.split(y, layout.section_widths, dim=-1)
+    if not layout.z_width:
+        return q, k, v
+    return q, k, v, groups[..., layout.group_width - layout.z_width :]

@@ -1,6 +1,6 @@
 """The GDN layer's gates, beta = sigmoid(b) and g = -exp(A_log) * softplus(a + dt_bias), as one fused op.
 
-Rounding follows `gdn_gates_torch` (layers/ops.py): beta in b's dtype, g in float32 from
+Rounding follows `gdn_gates_reference` (below): beta in b's dtype, g in float32 from
 float32 a + dt_bias and float32 A_log. a and b are read where the projection wrote them
 (Qwen3-Next's fused b/a projection interleaves them per key head), so nothing is copied.
 dA_log and ddt_bias: float32 partials per program, summed by torch (no atomics).
@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.nn.functional as F
 
 from slime_flashqla.triton_ops._host import cdiv, check_float, next_power_of_2, on_tensor_device
 
@@ -62,9 +63,25 @@ def _forward(a, b, A_log, dt_bias, heads):
         a, sa_r, sa_o, sa_i, inner = _head_layout(a)
         b, sb_r, sb_o, sb_i, _ = _head_layout(b)
         _kernels().gdn_gates_fwd_kernel[(cdiv(rows, FWD_ROWS),)](
-            a, b, A_log, dt_bias, g, beta, rows, sa_r, sa_o, sa_i, sb_r, sb_o, sb_i,
-            H=heads, INNER=inner, BH=next_power_of_2(heads), BR=FWD_ROWS, num_warps=NUM_WARPS,
-        )  # fmt: skip
+            a=a,
+            b=b,
+            A_log=A_log,
+            dt_bias=dt_bias,
+            g=g,
+            beta=beta,
+            rows=rows,
+            sa_r=sa_r,
+            sa_outer=sa_o,
+            sa_inner=sa_i,
+            sb_r=sb_r,
+            sb_outer=sb_o,
+            sb_inner=sb_i,
+            H=heads,
+            INNER=inner,
+            BH=next_power_of_2(heads),
+            BR=FWD_ROWS,
+            num_warps=NUM_WARPS,
+        )
     return g, beta
 
 
@@ -78,9 +95,26 @@ def _backward(a, beta, A_log, dt_bias, dg, dbeta, heads, b_dtype):
     if rows:
         a, sa_r, sa_o, sa_i, inner = _head_layout(a)
         _kernels().gdn_gates_bwd_kernel[(programs,)](
-            a, beta, A_log, dt_bias, dg.contiguous(), dbeta.contiguous(), da, db, partial, rows, sa_r, sa_o, sa_i,
-            H=heads, INNER=inner, BH=next_power_of_2(heads), BR=BWD_ROWS, TILES=BWD_TILES, num_warps=NUM_WARPS,
-        )  # fmt: skip
+            a=a,
+            beta=beta,
+            A_log=A_log,
+            dt_bias=dt_bias,
+            dg=dg.contiguous(),
+            dbeta=dbeta.contiguous(),
+            da=da,
+            db=db,
+            partial=partial,
+            rows=rows,
+            sa_r=sa_r,
+            sa_outer=sa_o,
+            sa_inner=sa_i,
+            H=heads,
+            INNER=inner,
+            BH=next_power_of_2(heads),
+            BR=BWD_ROWS,
+            TILES=BWD_TILES,
+            num_warps=NUM_WARPS,
+        )
     sums = partial.sum(0) if rows else partial.new_zeros((2, heads))
     return da, db, sums[0].to(A_log.dtype), sums[1].to(dt_bias.dtype)
 
@@ -113,3 +147,11 @@ def gdn_gates(
     if torch.is_grad_enabled() and any(t.requires_grad for t in (a, b, A_log, dt_bias)):
         return GDNGates.apply(a, b, A_log, dt_bias, heads)
     return _forward(a, b, A_log, dt_bias, heads)
+
+
+def gdn_gates_reference(a, b, A_log, dt_bias):
+    """`gdn_gates` in PyTorch, as slime's and Hugging Face's layers compute it: g in float32, beta in b's dtype."""
+    shape = (*a.shape[:2], -1)
+    # dt_bias joins in its own dtype, as in slime's layers: float32 from bf16 parameters.
+    g = -A_log.float().exp() * F.softplus(a.reshape(shape).float() + dt_bias)
+    return g, b.reshape(shape).sigmoid()

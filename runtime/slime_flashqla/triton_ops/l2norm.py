@@ -3,7 +3,8 @@
 FLA's kernels autotune on (D, cdiv(rows, 65536)): every new bucket of pack sizes tuned and
 compiled ~25 configurations again, a stall mid-training (docs/benchmarks.md). These launch one fixed
 configuration, so a process compiles each (dtype, D) once and later processes load it from
-Triton's disk cache.
+Triton's disk cache. `l2norm_reference` is the same normalisation in PyTorch (the `torch`
+backend's, gdn/backends/torch/reference.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from slime_flashqla.triton_ops._host import (
 TILE_ELEMENTS = 4096
 NUM_WARPS = 4
 MAX_D = 4096
+EPS = 1e-6  # FLA's and FlashQLA's l2norm epsilon
 
 
 @functools.cache
@@ -45,7 +47,7 @@ def _block(op: str, d: int) -> tuple[int, int]:
 
 
 @on_tensor_device
-def l2norm_fwd(x: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+def l2norm_fwd(x: torch.Tensor, eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor]:
     """(y, rstd): y = x * rsqrt(sum(x^2) + eps) over the last dim in x's dtype, rstd float32 of x.shape[:-1]."""
     check_float("x", x, "l2norm_fwd")
     d = x.shape[-1]
@@ -56,13 +58,24 @@ def l2norm_fwd(x: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.
     if rows:
         x, s_outer, s_inner = row_layout(x)
         _kernels().l2norm_fwd_kernel[(cdiv(rows, bt),)](
-            x, y, rstd, rows, inner_rows(x), s_outer, s_inner, eps, D=d, BD=bd, BT=bt, num_warps=NUM_WARPS
+            x=x,
+            y=y,
+            rstd=rstd,
+            rows=rows,
+            inner=inner_rows(x),
+            sx_outer=s_outer,
+            sx_inner=s_inner,
+            eps=eps,
+            D=d,
+            BD=bd,
+            BT=bt,
+            num_warps=NUM_WARPS,
         )
     return y, rstd
 
 
 @on_tensor_device
-def l2norm_bwd(y: torch.Tensor, rstd: torch.Tensor, dy: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def l2norm_bwd(y: torch.Tensor, rstd: torch.Tensor, dy: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     """dx of l2norm_fwd from its y and rstd and the output gradient dy (dx in y's dtype); eps is unused, as in FLA."""
     del eps  # y and rstd already carry it; kept for FLA's signature
     check_float("y", y, "l2norm_bwd")
@@ -82,19 +95,24 @@ def l2norm_bwd(y: torch.Tensor, rstd: torch.Tensor, dy: torch.Tensor, eps: float
         y, sy_outer, sy_inner = row_layout(y)
         dy, sdy_outer, sdy_inner = row_layout(dy)
         _kernels().l2norm_bwd_kernel[(cdiv(rows, bt),)](
-            y,
-            rstd.contiguous(),
-            dy,
-            dx,
-            rows,
-            inner_rows(y),
-            sy_outer,
-            sy_inner,
-            sdy_outer,
-            sdy_inner,
+            y=y,
+            rstd=rstd.contiguous(),
+            dy=dy,
+            dx=dx,
+            rows=rows,
+            inner=inner_rows(y),
+            sy_outer=sy_outer,
+            sy_inner=sy_inner,
+            sdy_outer=sdy_outer,
+            sdy_inner=sdy_inner,
             D=d,
             BD=bd,
             BT=bt,
             num_warps=NUM_WARPS,
         )
     return dx
+
+
+def l2norm_reference(x: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """`l2norm_fwd`'s y in PyTorch, in x's dtype: x / sqrt(sum(x^2) + eps) over the last dimension."""
+    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)

@@ -1,6 +1,6 @@
 """Qwen3-Next's gated RMSNorm, weight * rmsnorm(x) * silu(gate), with autograd, on fixed-config kernels.
 
-Rounding follows `rms_norm_gated_torch` (layers/ops.py), not FLA: the reference casts the
+Rounding follows `rms_norm_gated_reference` (below), not FLA: the reference casts the
 normalised x to x's dtype, multiplies by the weight in torch's promoted dtype (so a bf16
 weight rounds the product to bf16 once more), and only then multiplies by silu(gate) in
 float32 and casts back. FLA's rms_norm_gated(..., activation="swish") keeps x * rstd * w *
@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.nn.functional as F
 
 from slime_flashqla.triton_ops._host import (
     cdiv,
@@ -81,18 +82,18 @@ def _forward(x, gate, weight, eps):
         xl, sx_outer, sx_inner = row_layout(x)
         gl, sg_outer, sg_inner = row_layout(gate)
         _kernels().rms_norm_gated_fwd_kernel[(cdiv(rows, bt),)](
-            xl,
-            gl,
-            weight.contiguous(),
-            y,
-            rstd,
-            rows,
-            inner_rows(x),
-            sx_outer,
-            sx_inner,
-            sg_outer,
-            sg_inner,
-            eps,
+            x=xl,
+            g=gl,
+            w=weight.contiguous(),
+            y=y,
+            rstd=rstd,
+            rows=rows,
+            inner=inner_rows(x),
+            sx_outer=sx_outer,
+            sx_inner=sx_inner,
+            sg_outer=sg_outer,
+            sg_inner=sg_inner,
+            eps=eps,
             D=d,
             BD=bd,
             BT=bt,
@@ -116,22 +117,22 @@ def _backward(x, gate, weight, rstd, dy):
         gl, sg_outer, sg_inner = row_layout(gate)
         dyl, sdy_outer, sdy_inner = row_layout(dy)
         _kernels().rms_norm_gated_bwd_kernel[(programs,)](
-            xl,
-            gl,
-            weight.contiguous(),
-            rstd,
-            dyl,
-            dx,
-            dg,
-            dw_partial,
-            rows,
-            inner_rows(x),
-            sx_outer,
-            sx_inner,
-            sg_outer,
-            sg_inner,
-            sdy_outer,
-            sdy_inner,
+            x=xl,
+            g=gl,
+            w=weight.contiguous(),
+            rstd=rstd,
+            dy=dyl,
+            dx=dx,
+            dg=dg,
+            dw_partial=dw_partial,
+            rows=rows,
+            inner=inner_rows(x),
+            sx_outer=sx_outer,
+            sx_inner=sx_inner,
+            sg_outer=sg_outer,
+            sg_inner=sg_inner,
+            sdy_outer=sdy_outer,
+            sdy_inner=sdy_inner,
             D=d,
             BD=bd,
             BT=bt,
@@ -160,8 +161,18 @@ class RMSNormGated(torch.autograd.Function):
 
 @on_tensor_device
 def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Qwen3-Next's RMSNormGated over the last dim (rounding as layers/ops.rms_norm_gated_torch), differentiable."""
+    """Qwen3-Next's RMSNormGated over the last dim (rounding as rms_norm_gated_reference), differentiable."""
     _check(x, gate, weight)
     if torch.is_grad_enabled() and (x.requires_grad or gate.requires_grad or weight.requires_grad):
         return RMSNormGated.apply(x, gate, weight, eps)
     return _forward(x, gate, weight, eps)[0]
+
+
+def rms_norm_gated_reference(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """`rms_norm_gated` in PyTorch: weight * rmsnorm(x) * silu(gate), in float32 (or wider), cast back."""
+    dtype = x.dtype
+    compute = torch.promote_types(dtype, torch.float32)  # float64 stays float64
+    xc = x.to(compute)
+    normed = xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + eps)
+    out = weight * normed.to(dtype)
+    return (out * F.silu(gate.to(compute))).to(dtype)

@@ -29,8 +29,8 @@ def test_no_flashqla_stack_unless_opted_in(flashqla_opted_in):
 
 
 def test_self_check_says_gdn_runs_on_fla_and_what_flashqla_runs():
-    from slime_flashqla.gdn.flashqla_support import support_line
-    from slime_flashqla.gdn.packages import installed_version
+    from slime_flashqla.gdn.backends.flashqla.releases import support_line
+    from slime_flashqla.host.packages import installed_version
 
     done = entrypoint("true")
     assert done.returncode == 0

@@ -14,7 +14,7 @@ import torch
 
 from helpers import fla_stand_ins
 from slime_flashqla.bench import variants
-from slime_flashqla.gdn.reference import chunk_gated_delta_rule_torch
+from slime_flashqla.gdn.backends.torch.reference import chunk_gated_delta_rule_torch
 from slime_flashqla.integrations.slime.source import GDN_MODULES, import_slime_module
 from slime_flashqla.workload.heads import HeadConfig
 from slime_flashqla.workload.setup import LAYER_MODELS, LayerSetup

@@ -12,7 +12,7 @@ import torch
 
 from helpers.gdn_inputs import make_inputs
 from slime_flashqla.gdn import BACKENDS, FlashQLAUnavailableError, explain_auto, get_chunk_gated_delta_rule
-from slime_flashqla.gdn.packages import is_installed
+from slime_flashqla.host.packages import is_installed
 
 from .fake_gpu import machine  # noqa: F401  (fixture)
 
@@ -161,7 +161,7 @@ def test_fla_backend_reaches_flas_own_function_past_the_dispatcher():
 
     from fla.ops.gated_delta_rule import chunk as fla_chunk
 
-    from slime_flashqla.gdn.fla_kernels import fla_own_chunk_gated_delta_rule
+    from slime_flashqla.gdn.backends.fla.library import fla_own_chunk_gated_delta_rule
 
     own = fla_own_chunk_gated_delta_rule()
     assert not hasattr(own, "__wrapped__")

@@ -17,8 +17,13 @@ import textwrap
 from pathlib import Path
 
 import slime_flashqla
+from slime_flashqla.gdn import get_chunk_gated_delta_rule
+from slime_flashqla.gdn.api import GDNKernel
 from slime_flashqla.gdn.backends import AUTO, DEFAULT_BACKEND, KERNEL_BACKENDS, REFERENCE, GDNBackend
 from slime_flashqla.gdn.backends.auto import candidates, in_auto_order
+from slime_flashqla.gdn.backends.contract import KernelContract
+from slime_flashqla.gdn.backends.reporting import ReportHooks
+from slime_flashqla.gdn.backends.tooling import ToolHooks
 from slime_flashqla.gdn.names import BACKENDS
 
 PACKAGE = Path(slime_flashqla.__file__).parent
@@ -50,7 +55,7 @@ class FifthBackend(GDNBackend):
         return None
 
     def kernel(self):
-        from slime_flashqla.gdn.reference import chunk_gated_delta_rule_torch
+        from slime_flashqla.gdn.backends.torch.reference import chunk_gated_delta_rule_torch
 
         return chunk_gated_delta_rule_torch
 '''
@@ -101,6 +106,34 @@ def test_every_backend_is_a_gdn_backend_under_its_own_name():
 def test_auto_tries_backends_by_priority_and_doctor_lists_them_in_that_order():
     assert [b.name for b in candidates()] == ["flashqla", "fla"]
     assert [b.name for b in in_auto_order()] == ["flashqla", "fla", "torch"]
+
+
+class ContractOnly(KernelContract):
+    """A backend with the kernel contract alone: no doctor or tool hook to lean on."""
+
+    name, label, device_types = "contract-only", "ContractOnly", None
+
+    def available(self, device=None, *, backward: bool = False) -> tuple[bool, str]:
+        return True, "nothing to install"
+
+    def kernel(self):
+        return KERNEL_BACKENDS[REFERENCE].kernel()
+
+
+def test_a_call_needs_the_kernel_contract_alone():
+    """The call path reads no doctor or tool hook: a contract-only backend runs, and runs the kernel it names."""
+    import torch
+
+    from helpers.gdn_inputs import make_inputs
+
+    backend = ContractOnly()
+    assert not isinstance(backend, ReportHooks | ToolHooks)
+    inputs = make_inputs(key_heads=2, value_heads=4)
+    args = (inputs["q"], inputs["k"], inputs["v"])
+    kwargs = dict(g=inputs["g"], beta=inputs["beta"], cu_seqlens=inputs["cu_seqlens"], output_final_state=True)
+    ran = GDNKernel(backend)(*args, **kwargs)
+    expected = get_chunk_gated_delta_rule(REFERENCE)(*args, **kwargs)
+    assert all(torch.equal(a, b) for a, b in zip(ran, expected, strict=True))
 
 
 def _differences(left: Path, right: Path) -> list[str]:

@@ -9,7 +9,7 @@ from helpers.gdn_inputs import make_inputs
 from slime_flashqla.gdn import check_inputs, get_chunk_gated_delta_rule
 from slime_flashqla.gdn.api import _launch
 from slime_flashqla.gdn.backends import KERNEL_BACKENDS
-from slime_flashqla.gdn.reference import chunk_gated_delta_rule_torch
+from slime_flashqla.gdn.backends.torch.reference import chunk_gated_delta_rule_torch
 
 HK, HV, K, V = 2, 4, 16, 8
 

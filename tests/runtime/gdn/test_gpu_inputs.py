@@ -12,7 +12,7 @@ import torch
 
 from helpers.gdn_inputs import make_inputs
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
-from slime_flashqla.gdn.packages import is_installed
+from slime_flashqla.host.packages import is_installed
 
 pytestmark = pytest.mark.gpu
 KERNELS = [

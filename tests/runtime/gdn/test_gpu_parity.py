@@ -16,7 +16,7 @@ import torch
 
 from helpers.gdn_inputs import make_inputs
 from slime_flashqla.gdn import explain_auto, get_chunk_gated_delta_rule, validate_flashqla_runtime
-from slime_flashqla.gdn.packages import is_installed
+from slime_flashqla.host.packages import is_installed
 from slime_flashqla.workload.models import TP_HEAD_CONFIGS
 
 pytestmark = pytest.mark.gpu

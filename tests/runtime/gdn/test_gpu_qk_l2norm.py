@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_flashqla.gdn.packages import is_installed
+from slime_flashqla.host.packages import is_installed
 
 pytestmark = [
     pytest.mark.gpu,

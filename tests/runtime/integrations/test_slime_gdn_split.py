@@ -99,7 +99,7 @@ def _world(rank, world_size, source, cases):
 
     from helpers import fla_stand_ins
     from helpers.megatron_gloo import megatron_on_gloo
-    from slime_flashqla.gdn.reference import chunk_gated_delta_rule_torch
+    from slime_flashqla.gdn.backends.torch.reference import chunk_gated_delta_rule_torch
     from slime_flashqla.integrations.slime import install, uninstall
     from slime_flashqla.integrations.slime.patches import original_attribute
     from slime_flashqla.integrations.slime.source import GDN_CLASSES, GDN_MODULES, import_slime_module
@@ -160,7 +160,7 @@ def _check(module, data, cp_utils, checkpoint, tp, cp, sp, mode, place, slime_at
     )
 
     # The reference: slime's own hf_forward (input norm, slime's GDN layer) on the whole pack, one process.
-    from slime_flashqla.gdn.reference import chunk_gated_delta_rule_torch
+    from slime_flashqla.gdn.backends.torch.reference import chunk_gated_delta_rule_torch
 
     # "torch": a name both slime's factory stand-in and the integration's take; the kernel is then set plainly.
     layer = slime_layer_class(attention.hf_config, 0, args=SimpleNamespace(qwen_gdn_backend="torch")).double()

@@ -17,7 +17,7 @@ import torch
 
 from helpers import fla_stand_ins
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
-from slime_flashqla.gdn.reference import chunk_gated_delta_rule_torch
+from slime_flashqla.gdn.backends.torch.reference import chunk_gated_delta_rule_torch
 from slime_flashqla.integrations.slime import gdn
 from slime_flashqla.integrations.slime.source import (
     GDN_CLASSES,

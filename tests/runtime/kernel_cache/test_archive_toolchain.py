@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from helpers.kernel_cache_files import make_caches, rewrite
+from slime_flashqla.host import cuda_toolchain
 from slime_flashqla.kernel_cache.archive import export_archive, import_archive
 from slime_flashqla.kernel_cache.manifest import read_manifest
 from slime_flashqla.kernel_cache.stack import StackMismatch, current_stack, stack_mismatches
-from slime_flashqla.kernels import cuda_toolchain
 
 NVCC_OUTPUT = """nvcc: NVIDIA (R) Cuda compiler driver
 Copyright (c) 2005-2025 NVIDIA Corporation

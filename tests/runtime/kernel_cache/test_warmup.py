@@ -414,7 +414,7 @@ def test_a_part_compiles_ahead_on_its_threads_under_per_kernel_locks_and_never_f
     from slime_flashqla.kernel_cache.warmup import LOCK_DIR, WarmupTask, compile_ahead
 
     source = _AheadSource()
-    monkeypatch.setitem(KERNEL_BACKENDS, "testing", type("Backend", (), {"specialisations": source})())
+    monkeypatch.setitem(KERNEL_BACKENDS, "testing", type("Backend", (), {"tilelang": source})())
     task, ran = WarmupTask("testing", HeadConfig(2, 4)), []
     said = compile_ahead(task, tmp_path, 4, lambda: ran.append("steps"))
     assert said == "3 of 3 kernel(s) built ahead on 4 thread(s)" and ran == ["steps"]

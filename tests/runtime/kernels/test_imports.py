@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from slime_flashqla.gdn.packages import is_installed
+from slime_flashqla.host.packages import is_installed
 from slime_flashqla.kernels.imports import import_kernel_packages, kernel_imports
 
 

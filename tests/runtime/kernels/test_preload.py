@@ -94,7 +94,7 @@ class Source:
 
 class Backend:
     def __init__(self, source: Source) -> None:
-        self.specialisations = source
+        self.tilelang = source
 
 
 @pytest.fixture

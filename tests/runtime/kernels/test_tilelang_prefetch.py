@@ -23,7 +23,7 @@ CPU_OPS = textwrap.dedent(
     from slime_flashqla.gdn.backends import KERNEL_BACKENDS
     from slime_flashqla.kernels import tilelang_specs as ts
     from slime_flashqla.kernels.tilelang_prefetch import compile_forms, discovering, form_lock_key
-    KERNEL_BACKENDS["flashqla"].specialisations.importer()
+    KERNEL_BACKENDS["flashqla"].tilelang.importer()
     import flash_qla
     from tilelang.jit import JITImpl
 

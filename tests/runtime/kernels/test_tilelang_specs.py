@@ -122,7 +122,7 @@ GPU_STAND_INS = textwrap.dedent(
     import tilelang.contrib.nvcc as nvcc
     nvcc.get_target_compute_version = lambda *a, **k: "9.0"
     # The flashqla backend refuses a machine without an SM90 GPU, and a preload starts only beside a GPU.
-    import slime_flashqla.gdn.backends.flashqla as backends, slime_flashqla.kernels.preload as preload
+    import slime_flashqla.gdn.backends.flashqla.backend as backends, slime_flashqla.kernels.preload as preload
     backends.validate_flashqla_runtime = lambda *a, **k: None
     preload._gpu_present = lambda: True
     from pathlib import Path
@@ -160,7 +160,7 @@ def test_a_recorded_program_is_what_the_factory_builds_and_the_guard_stops_a_rea
         import threading
         from slime_flashqla.gdn.backends import KERNEL_BACKENDS
         from slime_flashqla.kernels import tilelang_specs as ts
-        source = KERNEL_BACKENDS["flashqla"].specialisations
+        source = KERNEL_BACKENDS["flashqla"].tilelang
         source.importer()
         factories = ts.jit_factories("flash_qla")
         print("FACTORIES", len(factories), NAME in factories)
@@ -260,7 +260,7 @@ def test_tilelang_compiles_a_program_read_back_from_json_wrongly(tmp_path):
     out = run_child(
         """
         from slime_flashqla.kernels import tilelang_specs as ts
-        from slime_flashqla.gdn.deferred_compile import import_deferring_torch_compile
+        from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_torch_compile
         import_deferring_torch_compile("flash_qla")
         impl = ts.resolve_factory("flash_qla.ops.gated_delta_rule.chunk.hopper.kkt_solve:tilelang_kkt_solve")
         args = (32, 16, 128, 64)

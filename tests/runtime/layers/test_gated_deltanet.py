@@ -9,7 +9,7 @@ import torch
 
 from slime_flashqla.args import add_gdn_backend_argument
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
-from slime_flashqla.gdn.packages import is_installed
+from slime_flashqla.host.packages import is_installed
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
 from slime_flashqla.workload.models import gdn_layer_config
 

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from slime_flashqla.gdn.packages import is_installed
+from slime_flashqla.host.packages import is_installed
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
 from slime_flashqla.workload.models import gdn_layer_config
 

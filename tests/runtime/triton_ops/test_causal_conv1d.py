@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from slime_flashqla.layers.ops import causal_conv1d_silu_torch
 from slime_flashqla.triton_ops import causal_conv1d_silu
+from slime_flashqla.triton_ops.causal_conv1d import causal_conv1d_silu_reference
 
 from .references import DTYPES, assert_parity, causal_conv1d_silu64, cu_seqlens_of, generator, packed_lengths, randn
 
@@ -79,14 +79,14 @@ def test_batched_rows_and_a_strided_input():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_forward_rounds_where_the_torch_definition_rounds(dtype):
-    """Within one ulp of layers/ops.causal_conv1d_silu_torch (conv output rounded before SiLU)."""
+    """Within one ulp of causal_conv1d_silu_reference (conv output rounded before SiLU)."""
     gen = generator(22)
     lengths = packed_lengths(gen, 4, 90)
     cu_seqlens = cu_seqlens_of(lengths, device=DEVICE)
     x = randn(1, sum(lengths), D, dtype=dtype, gen=gen, device=DEVICE)
     weight = randn(D, 1, 4, dtype=dtype, gen=gen, device=DEVICE, scale=0.5)
     ours = causal_conv1d_silu(x, weight, cu_seqlens)
-    theirs = causal_conv1d_silu_torch(x, weight, cu_seqlens)
+    theirs = causal_conv1d_silu_reference(x, weight, cu_seqlens)
     ulp = torch.finfo(dtype).eps
     torch.testing.assert_close(ours.float(), theirs.float(), rtol=ulp, atol=ulp * 1e-2)
     assert (ours == theirs).float().mean().item() > 0.95

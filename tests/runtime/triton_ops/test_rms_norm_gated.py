@@ -1,12 +1,12 @@
-"""rms_norm_gated against a float64 reference and against layers/ops' torch definition of its rounding."""
+"""rms_norm_gated against a float64 reference and against its PyTorch reference's rounding (beside the op)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from slime_flashqla.layers.ops import rms_norm_gated_torch
 from slime_flashqla.triton_ops import rms_norm_gated
+from slime_flashqla.triton_ops.rms_norm_gated import rms_norm_gated_reference
 
 from .references import DTYPES, assert_parity, generator, randn, rms_norm_gated64
 
@@ -52,10 +52,10 @@ def test_forward_and_gradients_match_float64(dtype, rows, d, gate_layout):
     [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16), (torch.bfloat16, torch.float32)],
 )
 def test_forward_rounds_where_the_torch_definition_rounds(dtype, weight_dtype):
-    """Within one ulp of layers/ops.rms_norm_gated_torch, which rounds normed and weight * normed to x's dtype."""
+    """Within one ulp of rms_norm_gated_reference, which rounds normed and weight * normed to x's dtype."""
     x, gate, weight, _ = _inputs(203, 128, dtype, weight_dtype, seed=7)
     ours = rms_norm_gated(x, gate, weight, 1e-6)
-    theirs = rms_norm_gated_torch(x, gate, weight, 1e-6)
+    theirs = rms_norm_gated_reference(x, gate, weight, 1e-6)
     assert ours.dtype == theirs.dtype
     ulp = torch.finfo(dtype).eps
     torch.testing.assert_close(ours.float(), theirs.float(), rtol=ulp, atol=ulp * 1e-2)

@@ -1,10 +1,12 @@
 """The GDN kernel backends' registry: the one list of their names and objects, importing no torch.
 
-Each backend is a small object in its own module (base.py's `GDNBackend`) holding its own facts:
-what it refuses and why, its version rules and known upstream bugs, what it imports at start,
-its warm-up paths, doctor's rows and the library's own function for the benchmarks. The CLI's
-choices (gdn/names.py), `auto` (auto.py), doctor, warm-up and the benchmarks read them from
-here, so a new backend is its module, one line below, and its tests.
+Each backend is a small object (base.py's `GDNBackend`: the kernel contract of contract.py, with
+doctor's hooks, reporting.py, and the tools', tooling.py) holding its own facts: what it refuses
+and why, its version rules and known upstream bugs, what it imports at start, its warm-up paths,
+doctor's rows and the library's own function for the benchmarks. A backend with helpers of its
+own is a package (`fla/`, `flashqla/`, `torch/`) that keeps them inside. The CLI's choices
+(gdn/names.py), `auto` (auto.py), doctor, warm-up and the benchmarks read them from here, so a
+new backend is its module, one line below, and its tests.
 """
 
 from slime_flashqla.gdn.backends.base import GDNBackend

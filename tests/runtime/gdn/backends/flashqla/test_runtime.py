@@ -6,7 +6,7 @@ import pytest
 
 from slime_flashqla.gdn import FlashQLAUnavailableError, flashqla_runtime_status, validate_flashqla_runtime
 
-from .fake_gpu import machine  # noqa: F401  (fixture)
+from ...fake_gpu import machine  # noqa: F401  (fixture)
 
 
 @pytest.mark.parametrize("torch_version", ["2.8.0", "2.8.0a0+git1234", "2.10.0.dev20251101+cu129", "2.9.1+cu128"])

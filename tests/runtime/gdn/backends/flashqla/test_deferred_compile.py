@@ -24,7 +24,7 @@ CHILD = textwrap.dedent(
     """
     import sys, torch
     sys.path.insert(0, sys.argv[1])
-    from slime_flashqla.gdn.deferred_compile import import_deferring_torch_compile
+    from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_torch_compile
     module = import_deferring_torch_compile("compiled_at_import")
     assert torch.compile.__module__.startswith("torch"), "torch.compile is restored after the import"
     assert module.plain.deferred_torch_compile and module.with_options.deferred_torch_compile
@@ -94,7 +94,7 @@ DISABLED_CHILD = textwrap.dedent(
     """
     import sys, torch
     sys.path.insert(0, sys.argv[1])
-    from slime_flashqla.gdn.deferred_compile import import_deferring_torch_compile
+    from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_torch_compile
     module = import_deferring_torch_compile("disabled_at_import")
     assert torch.compiler.disable.__module__ == "torch.compiler", "torch.compiler.disable is restored"
     print("DYNAMO_AFTER_IMPORT", "torch._dynamo" in sys.modules)
@@ -158,7 +158,7 @@ THREADS_CHILD = textwrap.dedent(
     gate = types.ModuleType("gate")
     gate.entered, gate.release = threading.Event(), threading.Event()
     sys.modules["gate"] = gate
-    from slime_flashqla.gdn.deferred_compile import import_deferring_torch_compile
+    from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_torch_compile
     got = {}
 
     def importer(name):

@@ -17,6 +17,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from slime_flashqla.host.packages import distribution_version
+
 _RELEASE = re.compile(r"release [\d.]+, V(\d+(?:\.\d+)+)")
 _DEFAULT_HOMES = ("/usr/local/cuda", "/opt/nvidia/hpc_sdk/Linux_x86_64")
 
@@ -58,9 +60,7 @@ def nvcc_version(cuda_home: str) -> str | None:
 
 def tilelang_nvcc_version() -> str | None:
     """The version of the nvcc TileLang would compile with here; None without tilelang or without an nvcc."""
-    try:
-        importlib.metadata.version("tilelang")
-    except importlib.metadata.PackageNotFoundError:
+    if distribution_version("tilelang") is None:
         return None  # no TileLang here, so no compiler of its to record
     home = tilelang_cuda_home()
     return nvcc_version(home) if home else None

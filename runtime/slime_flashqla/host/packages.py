@@ -1,4 +1,4 @@
-"""Which kernel packages are installed, found without importing them."""
+"""Which kernel packages this node has installed and their versions, found without importing them."""
 
 from __future__ import annotations
 
@@ -21,6 +21,14 @@ _DISTRIBUTIONS = {
 }
 
 
+def distribution_version(name: str) -> str | None:
+    """The installed version of distribution `name` (package metadata), or None."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def is_installed(module: str) -> bool:
     """True when `module` can be imported (found on sys.path), without importing it."""
     try:
@@ -30,15 +38,16 @@ def is_installed(module: str) -> bool:
 
 
 def installed_version(module: str) -> str | None:
-    """The installed distribution version behind `module`, or None."""
+    """The installed distribution version behind `module`, or None ("unknown" where no distribution names it)."""
     if not is_installed(module):
         return None
-    for dist in _DISTRIBUTIONS.get(module, (module,)):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "unknown"
+    versions = (distribution_version(dist) for dist in _DISTRIBUTIONS.get(module, (module,)))
+    return next((version for version in versions if version is not None), "unknown")
+
+
+def kernel_package_versions() -> dict[str, str | None]:
+    """Each kernel package's installed version (None where it is missing), by import name."""
+    return {module: installed_version(module) for module in PIP_PACKAGES}
 
 
 def require(module: str, backend: str) -> None:

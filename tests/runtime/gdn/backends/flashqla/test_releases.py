@@ -15,7 +15,7 @@ import torch
 
 from slime_flashqla.gdn import FlashQLAUnavailableError, flashqla_runtime_status, validate_flashqla_runtime
 from slime_flashqla.gdn.backends import KERNEL_BACKENDS
-from slime_flashqla.gdn.flashqla_support import (
+from slime_flashqla.gdn.backends.flashqla.releases import (
     CAPABILITIES,
     RELEASES,
     kernels_on,
@@ -23,9 +23,9 @@ from slime_flashqla.gdn.flashqla_support import (
     support_label,
     support_line,
 )
-from slime_flashqla.gdn.packages import is_installed
+from slime_flashqla.host.packages import is_installed
 
-from .fake_gpu import machine  # noqa: F401  (fixture)
+from ...fake_gpu import machine  # noqa: F401  (fixture)
 
 TRAIN, FORWARD, IMPORT_ONLY, NO_IMPORT = "fwd+bwd", "fwd", "import only", "no import"
 
@@ -164,7 +164,7 @@ def test_support_line_names_every_capability():
 
 
 DOCS = [
-    Path(__file__).resolve().parents[3] / "docs" / lang / name
+    Path(__file__).resolve().parents[5] / "docs" / lang / name
     for lang in ("en", "zh")
     for name in ("gdn_backends.md", "install_flashqla.md")
 ]

@@ -1,4 +1,4 @@
-"""The `torch` backend: the pure-PyTorch reference (gdn/reference.py), on any device, dtype and head size."""
+"""The `torch` backend: the pure-PyTorch reference (reference.py), on any device, dtype and head size."""
 
 from __future__ import annotations
 
@@ -17,6 +17,6 @@ class TorchBackend(GDNBackend):
         return True, "pure PyTorch, always available"
 
     def kernel(self):
-        from slime_flashqla.gdn.reference import chunk_gated_delta_rule_torch
+        from slime_flashqla.gdn.backends.torch.reference import chunk_gated_delta_rule_torch
 
         return chunk_gated_delta_rule_torch

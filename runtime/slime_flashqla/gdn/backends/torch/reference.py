@@ -20,13 +20,9 @@ import itertools
 
 import torch
 
+from slime_flashqla.triton_ops.l2norm import l2norm_reference
+
 CHUNK_SIZE = 64
-L2NORM_EPS = 1e-6  # FLA's and FlashQLA's l2norm epsilon
-
-
-def l2norm(x: torch.Tensor) -> torch.Tensor:
-    """x / sqrt(sum(x^2) + eps) over the last dimension, as FLA's kernels do."""
-    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + L2NORM_EPS)
 
 
 def _chunked_gdr(q, k, v, g, beta, state, chunk_size):
@@ -86,7 +82,7 @@ def chunk_gated_delta_rule_torch(
         scale = key_dim**-0.5
     q, k = q.to(compute), k.to(compute)
     if use_qk_l2norm_in_kernel:
-        q, k = l2norm(q), l2norm(k)
+        q, k = l2norm_reference(q), l2norm_reference(k)  # as FLA's kernels normalise
     group = value_heads // key_heads
     if group > 1:  # value head j reads key head j // group
         q, k = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)

@@ -1,8 +1,8 @@
 """The `flashqla` backend: FlashQLA's TileLang kernels, K = V = 128, on the GPUs its release runs.
 
-Its facts: the runtime rules (gdn/validation.py) and what each flash-qla release runs per GPU
-(gdn/flashqla_support.py), its two kernel paths for warm-up, the TileLang specialisations a
-layer preloads, doctor's FlashQLA rows, and flash_qla's own function for the benchmarks.
+Its refusals, its two kernel paths for warm-up, the TileLang programs a layer preloads, doctor's
+FlashQLA rows, and flash_qla's own function for the benchmarks; the runtime rules are runtime.py's
+and what each release runs per GPU is releases.py's.
 """
 
 from __future__ import annotations
@@ -10,10 +10,15 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from slime_flashqla.gdn.backends.base import GDNBackend, TileLangSource
+from slime_flashqla.gdn.backends.base import GDNBackend
+from slime_flashqla.gdn.backends.flashqla.runtime import (
+    describe_unmet,
+    flashqla_runtime_status,
+    validate_flashqla_runtime,
+)
+from slime_flashqla.gdn.backends.tooling import TileLangSource
 from slime_flashqla.gdn.errors import FlashQLAUnavailableError
-from slime_flashqla.gdn.packages import installed_version, is_installed
-from slime_flashqla.gdn.validation import describe_unmet, flashqla_runtime_status, validate_flashqla_runtime
+from slime_flashqla.host.packages import installed_version, is_installed
 
 if TYPE_CHECKING:
     import torch
@@ -24,7 +29,7 @@ FLASHQLA_HEAD_DIM = 128
 
 
 class FlashQLABackend(GDNBackend):
-    """FlashQLA's TileLang kernels, K = V = 128, on the GPUs the installed release runs (gdn/flashqla_support.py)."""
+    """FlashQLA's TileLang kernels, K = V = 128, on the GPUs the installed release runs (releases.py)."""
 
     name = "flashqla"
     label = "FlashQLA"
@@ -67,7 +72,7 @@ class FlashQLABackend(GDNBackend):
         if problems:
             return describe_unmet(problems)
         if dtype == torch.float16:
-            from slime_flashqla.gdn.flashqla_support import kernels_on, sm
+            from slime_flashqla.gdn.backends.flashqla.releases import kernels_on, sm
 
             capability = tuple(torch.cuda.get_device_capability(device))
             if not kernels_on(installed_version(self.module), capability).float16:
@@ -104,7 +109,7 @@ class FlashQLABackend(GDNBackend):
         return {"no-cp": {"auto_cp": False}, "intra-cp": {"force_intra_cp": True}}
 
     @functools.cached_property
-    def specialisations(self) -> TileLangSource:
+    def tilelang(self) -> TileLangSource:
         """FlashQLA's TileLang factories, as a source of what `warmup` records and a layer preloads."""
         # TileLang and its TVM runtime build the programs; flash-qla's sources are what they build.
         return TileLangSource("flash_qla", ("flash-qla", "tilelang", "apache-tvm-ffi"), _flash_qla_kernel)
@@ -116,7 +121,7 @@ class FlashQLABackend(GDNBackend):
         return flash_qla.chunk_gated_delta_rule
 
     def report(self) -> dict:
-        from slime_flashqla.gdn.flashqla_support import support_line
+        from slime_flashqla.gdn.backends.flashqla.releases import support_line
 
         ok, reason = self.available(None, backward=True)
         return {
@@ -145,7 +150,7 @@ class FlashQLABackend(GDNBackend):
 
 @functools.cache  # called on every launch: the check, import and attribute lookup happen once
 def _flash_qla_kernel():
-    from slime_flashqla.gdn.deferred_compile import import_deferring_torch_compile
+    from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_torch_compile
 
     # flash_qla picks its kernels at import from CUDA device 0 and raises ValueError there on a GPU
     # its release does not dispatch (flash-qla 0.1.3 on SM121): refuse first, in one line.

@@ -1,9 +1,9 @@
-"""FlashQLA runtime validation: torch, CUDA build, device, compute capability and the flash-qla release.
+"""FlashQLA's runtime rules: torch, CUDA build, device, compute capability and the flash-qla release.
 
 Every value is read at call time from torch (`torch.__version__`, `torch.version.cuda`,
 `torch.cuda.is_available()`, `torch.cuda.get_device_capability`) and from the installed
 distributions, so tests can patch them. What a release runs on which GPU is the support table
-(gdn/flashqla_support.py); nothing here imports flash_qla, whose import raises ValueError on a
+(releases.py); nothing here imports flash_qla, whose import raises ValueError on a
 GPU its release does not dispatch.
 """
 
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
+from slime_flashqla.gdn.backends.flashqla.releases import label, release_for, sm
 from slime_flashqla.gdn.errors import FlashQLAUnavailableError
-from slime_flashqla.gdn.flashqla_support import label, release_for, sm
-from slime_flashqla.gdn.packages import installed_version
+from slime_flashqla.host.packages import installed_version
 
 MIN_TORCH = (2, 8)
 MIN_CUDA = (12, 8)

@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[5]
 FLOOR = tomllib.loads((ROOT / "env" / "versions.toml").read_text())["floor"]
 FLOOR_PATH = os.environ.get("SLIME_FLASHQLA_FLA_FLOOR_PATH")
 
 PROBE = """
 import inspect, json
 import fla
-from slime_flashqla.gdn.fla_kernels import fla_own_chunk_gated_delta_rule, fla_supports_gva, fla_forwards_to_flashqla
+from slime_flashqla.gdn.backends.fla.library import fla_forwards_to_flashqla, fla_own_chunk_gated_delta_rule
+from slime_flashqla.gdn.backends.fla.library import fla_supports_gva
 from fla.ops.gated_delta_rule import chunk_gated_delta_rule as public  # what bench's FLA variant calls
 from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 
@@ -69,7 +70,7 @@ def test_fla_backend_import_path_works_with_the_lowest_supported_fla():
 )
 def test_fla_05_training_on_hopper_is_refused_before_any_launch(fla, triton, capability, refused, tilelang):
     """FLA 0.5.x's TileLang kernel takes no grouped value heads: refused whether or not TileLang is there."""
-    from slime_flashqla.gdn.fla_kernels import hopper_backward_problem
+    from slime_flashqla.gdn.backends.fla.library import hopper_backward_problem
 
     problem = hopper_backward_problem(fla, triton, capability, tilelang=tilelang)
     assert (problem is not None) == refused
@@ -90,7 +91,7 @@ def test_fla_05_training_on_hopper_is_refused_before_any_launch(fla, triton, cap
     ],
 )
 def test_fla_06_training_on_hopper_without_tilelang_is_refused(triton, capability, tilelang, refused):
-    from slime_flashqla.gdn.fla_kernels import hopper_backward_problem
+    from slime_flashqla.gdn.backends.fla.library import hopper_backward_problem
 
     problem = hopper_backward_problem("0.6.0", triton, capability, tilelang=tilelang)
     assert (problem is not None) == refused

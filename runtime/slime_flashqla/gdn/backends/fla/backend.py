@@ -1,4 +1,4 @@
-"""The `fla` backend: FLA's own Triton kernels (never FLA's forwarding to FlashQLA, gdn/fla_kernels.py).
+"""The `fla` backend: FLA's own Triton kernels (never FLA's forwarding to FlashQLA, library.py).
 
 Its facts: CUDA tensors only, FLA's version rules and the Hopper backward bug (FLA #640,
 `hopper_backward_problem`), the forwarding note doctor shows, and FLA's public function for
@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from slime_flashqla.gdn.backends.base import GDNBackend
-from slime_flashqla.gdn.fla_kernels import hopper_backward_problem
-from slime_flashqla.gdn.packages import installed_version, is_installed
+from slime_flashqla.gdn.backends.fla.library import hopper_backward_problem
+from slime_flashqla.host.packages import installed_version, is_installed
 
 if TYPE_CHECKING:
     import torch
@@ -27,11 +27,11 @@ class FLABackend(GDNBackend):
     module = "fla"
     auto_priority = 1  # where FlashQLA does not fit: FLA never beat it on an H200 (docs/benchmarks.md)
     runs = "FLA's own kernels run these inputs"
-    # specialisations: none, the preload covers TileLang factories and FLA's kernels are Triton's
+    # tilelang: none, the preload covers TileLang factories and FLA's kernels are Triton's
 
     @property
     def supports_gva(self) -> bool:
-        from slime_flashqla.gdn.fla_kernels import fla_supports_gva
+        from slime_flashqla.gdn.backends.fla.library import fla_supports_gva
 
         return fla_supports_gva()
 
@@ -61,7 +61,7 @@ class FLABackend(GDNBackend):
         return None
 
     def kernel(self):
-        from slime_flashqla.gdn.fla_kernels import fla_own_chunk_gated_delta_rule
+        from slime_flashqla.gdn.backends.fla.library import fla_own_chunk_gated_delta_rule
 
         return fla_own_chunk_gated_delta_rule()
 
@@ -84,7 +84,7 @@ class FLABackend(GDNBackend):
         return chunk_gated_delta_rule
 
     def library_problem(self, direct: bool) -> str | None:
-        from slime_flashqla.gdn.fla_kernels import fla_forwards_to_flashqla, fla_own_chunk_gated_delta_rule
+        from slime_flashqla.gdn.backends.fla.library import fla_forwards_to_flashqla, fla_own_chunk_gated_delta_rule
 
         try:
             fla_own_chunk_gated_delta_rule()
@@ -95,7 +95,7 @@ class FLABackend(GDNBackend):
         return None
 
     def report(self) -> dict:
-        from slime_flashqla.gdn.fla_kernels import fla_forwards_to_flashqla
+        from slime_flashqla.gdn.backends.fla.library import fla_forwards_to_flashqla
 
         return {"fla_kernel": self._runs_here(), "fla_forwards_to_flashqla": fla_forwards_to_flashqla()}
 

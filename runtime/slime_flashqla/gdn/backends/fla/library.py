@@ -1,4 +1,4 @@
-"""FLA's own chunk_gated_delta_rule, reached past FLA's backend dispatch.
+"""What the installed FLA does: its own chunk_gated_delta_rule past its dispatch, GVA, forwarding, FLA #640.
 
 FLA >= 0.6 wraps `chunk_gated_delta_rule` in a dispatcher that forwards to FlashQLA
 whenever flash_qla is importable (env FLA_FLASH_QLA, default on).  A user who asks for
@@ -48,7 +48,7 @@ def fla_supports_gva() -> bool:
 
 def fla_forwards_to_flashqla() -> bool:
     """Whether FLA's public chunk_gated_delta_rule would forward to FlashQLA in this process."""
-    from slime_flashqla.gdn.packages import is_installed
+    from slime_flashqla.host.packages import is_installed
 
     if not (is_installed("fla") and is_installed("flash_qla")):
         return False
@@ -56,7 +56,7 @@ def fla_forwards_to_flashqla() -> bool:
         return False
     if os.environ.get("FLA_FLASH_QLA", "1") == "0":
         return False
-    from slime_flashqla.gdn.packages import installed_version
+    from slime_flashqla.host.packages import installed_version
 
     version = installed_version("fla") or "0"
     try:

@@ -8,7 +8,7 @@ import torch
 from helpers.gdn_inputs import make_inputs
 from helpers.gdn_recurrence import recurrent_gated_delta_rule
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
-from slime_flashqla.gdn.reference import chunk_gated_delta_rule_torch
+from slime_flashqla.gdn.backends.torch.reference import chunk_gated_delta_rule_torch
 
 
 def rel(actual, expected):

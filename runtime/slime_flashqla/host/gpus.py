@@ -1,11 +1,7 @@
-"""What this node has: the NVIDIA driver, the GPUs and package versions, for the report, the archive and the preload.
-
-A leaf: it imports nothing of this package, so `kernels/` below `diagnostics/` may read the node through it.
-"""
+"""The node's NVIDIA driver and visible GPUs, for the doctor report, the archive's stack and the preload's record."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import shutil
 import subprocess
 
@@ -45,32 +41,18 @@ def gpus() -> list[dict]:
 
     if not torch.cuda.is_available():
         return []
-    gpus = []
+    found = []
     for index in range(torch.cuda.device_count()):
         major, minor = torch.cuda.get_device_capability(index)
-        gpus.append({"index": index, "name": torch.cuda.get_device_name(index), "capability": f"{major}.{minor}"})
-    return gpus
-
-
-def distribution_version(name: str) -> str | None:
-    """The installed version of distribution `name` (package metadata), or None."""
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+        found.append({"index": index, "name": torch.cuda.get_device_name(index), "capability": f"{major}.{minor}"})
+    return found
 
 
 def gpu_archs_and_names() -> tuple[str, str]:
     """("sm_90" or "sm_80,sm_90", "NVIDIA H200, ..."), or ("none", "none") where torch sees no CUDA device."""
-    import torch
-
-    if not torch.cuda.is_available():
+    devices = gpus()
+    if not devices:
         return "none", "none"
-    archs, names = set(), []
-    for index in range(torch.cuda.device_count()):
-        major, minor = torch.cuda.get_device_capability(index)
-        archs.add(f"sm_{major}{minor}")
-        name = torch.cuda.get_device_name(index)
-        if name not in names:
-            names.append(name)
+    archs = {"sm_" + device["capability"].replace(".", "") for device in devices}
+    names = dict.fromkeys(device["name"] for device in devices)  # first-seen order, each name once
     return ",".join(sorted(archs)), ", ".join(names)
