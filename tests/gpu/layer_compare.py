@@ -1,9 +1,10 @@
-"""This package's GDN layers against slime's own layer classes (from slime's source), same weights, one GPU.
+"""This package's GDN layers against slime's own layer classes and Megatron-core's GatedDeltaNet, same weights, one GPU.
 
 A measurement script, not a test (pytest does not collect it). On a GPU node with FLA and flash-qla:
 
-    PYTHONPATH=/tmp/site:$PWD/runtime python3 tests/gpu/layer_compare.py --slime-source DIR \
-        [--models qwen3-next,qwen3.5] [--packs 8192+24576,...] [--profile 8192+24576] [--json F]
+    PYTHONPATH=/tmp/site:$PWD/runtime python3 tests/gpu/layer_compare.py [--slime-source DIR] \
+        [--variants ours,slime-flashqla,slime-fla,megatron-core] [--models qwen3-next,qwen3.5] \
+        [--packs 8192+24576,...] [--profile 8192+24576] [--json F]
 
 Variants: `ours` (this package's layer, `auto` backend), `slime-flashqla` (slime's layer with
 `--qwen-gdn-backend flashqla`), `slime-fla` (slime's default, FLA's own kernels: FLA_FLASH_QLA=0
@@ -46,6 +47,7 @@ from slime_flashqla.workload.setup import LayerSetup
 OURS = {"qwen3-next": Qwen3NextGatedDeltaNet, "qwen3.5": Qwen3_5GatedDeltaNet}
 DEFAULT_PACKS = "8192+24576,3000+2500+1800+1200+700+400+100,256x64,16384x2"
 MEGATRON = "megatron-core"
+VARIANTS = ("ours", "slime-flashqla", "slime-fla", MEGATRON)
 
 
 def lengths_of(pack: str) -> list[int]:
@@ -121,7 +123,7 @@ def profile_table(step, steps=3, top=14):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--slime-source", required=True)
+    parser.add_argument("--slime-source", help="slime's checkout (needed by the slime-* variants)")
     parser.add_argument("--models", default="qwen3-next,qwen3.5")
     parser.add_argument("--variants", default=f"ours,slime-flashqla,slime-fla,{MEGATRON}")
     parser.add_argument("--packs", default=DEFAULT_PACKS)
@@ -135,6 +137,11 @@ def main() -> None:
     args = parser.parse_args()
     hk, hv = (int(h) for h in args.heads.split("/"))
     variants = args.variants.split(",")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or "ours" not in variants:
+        parser.error(f"--variants: give ours and any of {', '.join(VARIANTS[1:])}; unknown: {', '.join(unknown)}")
+    if not args.slime_source and any(v.startswith("slime-") for v in variants):
+        parser.error("the slime-* variants need --slime-source DIR (a slime checkout)")
     cfg = config(hk, hv, args.hidden)
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": [], "profiles": {}}
     if MEGATRON in variants:
