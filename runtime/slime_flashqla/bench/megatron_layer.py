@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import warnings
 from types import SimpleNamespace
 
 import torch
@@ -59,8 +60,6 @@ def megatron_layer_problem(device_type: str) -> str | None:
 @functools.cache
 def _import_megatron() -> SimpleNamespace:
     """The megatron-core names the peer is built from (imported once; its warnings about absent Apex/TE muted)."""
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from megatron.core.extensions.transformer_engine import HAVE_TE
@@ -199,11 +198,15 @@ def build_megatron_gdn(ours: nn.Module, device: torch.device, *, linears: str | 
     linears = linears or linears_in_use()
     cfg = ours.full_config
     dtype = next(ours.parameters()).dtype
-    config = _config(m, cfg, dtype, linears, on_cpu=device.type == "cpu")
     group = _one_rank_group()
     groups = m.ProcessGroupCollection(tp=group, cp=group)
     # Megatron allocates its conv and gates on torch.cuda.current_device(): make it `device`.
-    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+    with (
+        torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext(),
+        warnings.catch_warnings(),  # TransformerConfig's notes on features this layer does not use
+    ):
+        warnings.simplefilter("ignore", UserWarning)
+        config = _config(m, cfg, dtype, linears, on_cpu=device.type == "cpu")
         layer = m.build_module(_spec(m, config, linears), config=config, layer_number=1, pg_collection=groups)
     layer = layer.to(device)
     input_norm = linears == TE_LINEARS
