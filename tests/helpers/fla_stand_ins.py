@@ -22,15 +22,7 @@ class ShortConvolution(nn.Conv1d):
         assert activation in ("silu", "swish")
 
     def forward(self, x, cu_seqlens=None, **_):
-        width = self.weight.shape[-1]
-        bounds = [0, x.shape[1]] if cu_seqlens is None else cu_seqlens.tolist()
-        parts = []
-        for start, end in itertools.pairwise(bounds):
-            windows = F.pad(x[:, start:end], (0, 0, width - 1, 0)).unfold(1, width, 1)  # [B, t, D, W]
-            compute = torch.promote_types(x.dtype, torch.float32)
-            pre = (windows.to(compute) * self.weight.squeeze(1).to(compute)).sum(-1)
-            parts.append(F.silu(pre).to(x.dtype))
-        return torch.cat(parts, dim=1), None
+        return _conv_silu(x, self.weight.squeeze(1), cu_seqlens), None
 
 
 class FusedRMSNormGated(nn.Module):
@@ -47,3 +39,22 @@ class FusedRMSNormGated(nn.Module):
         xc = x.to(compute)
         normed = xc * torch.rsqrt(xc.square().mean(-1, keepdim=True) + self.eps)
         return (self.weight.to(compute) * normed * F.silu(z.to(compute))).to(x.dtype)
+
+
+def causal_conv1d(x, weight, bias=None, activation=None, cu_seqlens=None, **_):
+    """fla.modules.convolution.causal_conv1d with SiLU (Megatron's call): x [B, T, D], weight [D, W]; (y, None)."""
+    assert activation in ("silu", "swish") and bias is None
+    return _conv_silu(x, weight, cu_seqlens), None
+
+
+def _conv_silu(x, weight, cu_seqlens):
+    """Depthwise causal conv of x [B, T, D] with weight [D, W], then SiLU, per cu_seqlens sequence."""
+    width = weight.shape[-1]
+    bounds = [0, x.shape[1]] if cu_seqlens is None else cu_seqlens.tolist()
+    parts = []
+    for start, end in itertools.pairwise(bounds):
+        windows = F.pad(x[:, start:end], (0, 0, width - 1, 0)).unfold(1, width, 1)  # [B, t, D, W]
+        compute = torch.promote_types(x.dtype, torch.float32)
+        pre = (windows.to(compute) * weight.to(compute)).sum(-1)
+        parts.append(F.silu(pre).to(x.dtype))
+    return torch.cat(parts, dim=1)

@@ -5,7 +5,10 @@ today, or grouped). `bench gdn` and `bench stream` share these; layers and input
 for one head configuration from one LayerSetup (workload.setup: device, dtype, sizes, seed,
 layer class, slime's checkout).
 The `slime-layer-*` variants run slime's own layer classes, imported from slime's source
-(integrations.slime), with this package's layer's weights copied in by parameter name.
+(integrations.slime), with this package's layer's weights copied in by parameter name;
+`megatron-layer` runs Megatron-core's own GatedDeltaNet (bench.megatron_layer), its weights
+mapped from this package's layer by name and layout (bench.megatron_weights). Each is refused
+before timing when its output disagrees with this package's layer on the same weights.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class Variant:
     direct: bool = False  # the library's own function, called as slime calls it, not this package's backend
     env: tuple[tuple[str, str], ...] = ()  # environment the variant is defined with (bench stream sets it)
     slime_layer: bool = False  # slime's own layer class around the kernel (layer level only)
+    megatron_layer: bool = False  # Megatron-core's own GatedDeltaNet (layer level only)
     levels: tuple[str, ...] = ("kernel", "layer")
 
 
@@ -85,6 +89,18 @@ VARIANTS = {
             slime_layer=True,
             levels=("layer",),
         ),
+        Variant(
+            "megatron-layer",
+            "fla",
+            True,
+            "Megatron-core's own GatedDeltaNet (megatron-core >= 0.19, Python >= 3.12) from its module spec: TE's "
+            "linears where TE is installed (its in_proj then carries the decoder layer's input RMSNorm), else "
+            "Megatron's own; FLA's conv, l2norm and kernel (FLA_FLASH_QLA=0), q/k repeated",
+            direct=True,
+            env=(("FLA_FLASH_QLA", "0"),),
+            megatron_layer=True,
+            levels=("layer",),
+        ),
         Variant("torch", "torch", False, "the pure-PyTorch reference, GVA (slow: only when asked)"),
         Variant("torch-repeat", "torch", True, "the pure-PyTorch reference, q/k repeated (slow: only when asked)"),
     )
@@ -105,6 +121,12 @@ def variant_problem(
         return f"{variant.name} runs at the {' and '.join(variant.levels)} level only"
     if variant.slime_layer:
         problem = slime_layer_problem(setup)
+        if problem:
+            return problem
+    if variant.megatron_layer:
+        from slime_flashqla.bench.megatron_layer import megatron_layer_problem
+
+        problem = megatron_layer_problem(setup.device_type)
         if problem:
             return problem
     if variant.backend == AUTO:  # auto always has a fallback; rows record what it picked
@@ -144,6 +166,11 @@ def slime_layer_problem(setup: LayerSetup) -> str | None:
 def variant_note(variant: Variant) -> str:
     """A caveat that belongs next to the variant's numbers (empty when none)."""
     from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+
+    if variant.megatron_layer:
+        from slime_flashqla.bench.megatron_layer import megatron_core_problem, megatron_note
+
+        return "" if megatron_core_problem() else megatron_note()
 
     backend = KERNEL_BACKENDS.get(variant.backend)
     # Asked only of a GVA variant through the backend: FLA's answer imports fla.
@@ -227,13 +254,29 @@ def _slime_layer(variant: Variant, heads: HeadConfig, setup: LayerSetup):
     layer = cls(SimpleNamespace(**config, dtype=dtype), layer_idx=0, args=args)
     layer = layer.to(device=torch.device(setup.device), dtype=dtype)
     layer.load_state_dict(ours.state_dict(), strict=True)
-    error = _output_difference(layer, ours, setup)
+    _check_parity(f"{variant.name}: slime's layer", layer, ours, setup)
+    return layer
+
+
+def megatron_peer(ours, setup: LayerSetup):
+    """Megatron-core's GatedDeltaNet holding `ours`'s weights, refused (RuntimeError) where their outputs disagree."""
+    import torch
+
+    from slime_flashqla.bench.megatron_layer import build_megatron_gdn, parity_reference
+
+    layer = build_megatron_gdn(ours, torch.device(setup.device))
+    _check_parity("Megatron-core's GatedDeltaNet", layer, parity_reference(layer, ours), setup)
+    return layer
+
+
+def _check_parity(what: str, layer, reference, setup: LayerSetup) -> None:
+    """Refuse (RuntimeError) a peer layer whose output differs from this package's beyond bf16 rounding."""
+    error = _output_difference(layer, reference, setup)
     if not error <= SLIME_PARITY_TOLERANCE:
         raise RuntimeError(
-            f"{variant.name}: slime's layer and this package's disagree on the same weights (relative error "
+            f"{what} and this package's disagree on the same weights (relative error "
             f"{error:.2e} > {SLIME_PARITY_TOLERANCE:.0e}); not timing it"
         )
-    return layer
 
 
 def _output_difference(layer, reference, setup: LayerSetup) -> float:
@@ -255,6 +298,8 @@ def build_layer(variant: Variant, heads: HeadConfig, setup: LayerSetup):
     if variant.slime_layer:
         return _slime_layer(variant, heads, setup)
     layer, _ = _our_layer(variant, heads, setup)
+    if variant.megatron_layer:
+        return megatron_peer(layer, setup)
     if variant.direct:
         layer.chunk_gated_delta_rule = backend_fn(variant)
     if variant.repeat and heads.group > 1:
