@@ -13,7 +13,7 @@ so each case patches that function before `import flash_qla`, in a fresh child p
   cp_preprocess_fwd on a context without CP (it imports names from the chunk package, then returns).
 
 No kernel is compiled or launched. Prints one JSON line; exits 0 when what ran agrees with the
-support table (runtime/slime_flashqla/gdn/flashqla_support.py) for the installed flash-qla, 1 when
+support table (runtime/slime_flashqla/gdn/backends/flashqla/releases.py) for the installed flash-qla, 1 when
 it does not (upstream changed: re-read the wheel and update the table), 2 when no GPU is visible or
 flash-qla or TileLang is missing.
 """
@@ -107,7 +107,7 @@ def run_child(case: str) -> dict:
 
 def agreement(cases: dict, flashqla: str) -> list[str]:
     """Where what ran differs from what the support table says of flash-qla `flashqla`."""
-    from slime_flashqla.gdn.flashqla_support import kernels_on
+    from slime_flashqla.gdn.backends.flashqla.releases import kernels_on
 
     sm121, sm120 = kernels_on(flashqla, (12, 1)), kernels_on(flashqla, (12, 0))
     found = []
@@ -166,7 +166,7 @@ def main() -> int:
         tail = (err.strip().splitlines() or ["no output"])[-1]
         cases[case] = json.loads(lines[-1][5:]) if lines else {"child_failed": f"exit {child.returncode}: {tail}"}
     found = agreement(cases, versions["flash-qla"])
-    from slime_flashqla.gdn.flashqla_support import support_line
+    from slime_flashqla.gdn.backends.flashqla.releases import support_line
 
     print(
         json.dumps(

@@ -4,7 +4,7 @@
 each run a new Python process with bytecode already cached (one unmeasured run of each first):
 
 - `deferred`: what `auto` imports today: `flash_qla` with its module-level `@torch.compile`
-  and `@torch.compiler.disable` both deferred (slime_flashqla.gdn.deferred_compile);
+  and `@torch.compiler.disable` both deferred (slime_flashqla.gdn.backends.flashqla.deferred_compile);
 - `compile-only`: the same with only `@torch.compile` deferred (this package at cb402ae),
   so `@torch.compiler.disable` builds its marker, and TorchDynamo with sympy, at import.
 
@@ -41,7 +41,7 @@ def mark(name):
 
 import torch
 mark('torch')
-import slime_flashqla.gdn.deferred_compile as deferred
+import slime_flashqla.gdn.backends.flashqla.deferred_compile as deferred
 if sys.argv[1] == 'compile-only':
     deferred._deferred_disable = lambda real: real  # cb402ae: only torch.compile was deferred
 from slime_flashqla.kernels.imports import import_kernel_packages

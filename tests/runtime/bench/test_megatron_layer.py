@@ -24,8 +24,9 @@ from slime_flashqla.bench.megatron_layer import (
     release_one_rank_group,
 )
 from slime_flashqla.bench.megatron_weights import megatron_gdn_state
-from slime_flashqla.gdn.reference import chunk_gated_delta_rule_torch, l2norm
+from slime_flashqla.gdn.backends.torch.reference import chunk_gated_delta_rule_torch
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
+from slime_flashqla.triton_ops.l2norm import l2norm_reference as l2norm
 from slime_flashqla.workload.heads import HeadConfig
 from slime_flashqla.workload.models import gdn_layer_config
 from slime_flashqla.workload.setup import LAYER_MODELS, LayerSetup
