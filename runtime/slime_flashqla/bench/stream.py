@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slime_flashqla.bench.options import (
+    MAX_HEAD_DIM,
+    MAX_HIDDEN_SIZE,
     check_bounds,
     check_seed,
     layer_setup,
@@ -226,8 +228,8 @@ def build_plan(args: argparse.Namespace) -> StreamPlan:
     check_bounds(
         StreamInputError,
         ("--steps", args.steps, 2, MAX_STEPS),
-        ("--head-dim", args.head_dim, 1, None),
-        ("--hidden-size", args.hidden_size, 1, None),
+        ("--head-dim", args.head_dim, 1, MAX_HEAD_DIM),
+        ("--hidden-size", args.hidden_size, 1, MAX_HIDDEN_SIZE),
         ("--timeout", args.timeout, 1, None),
     )
     check_seed(StreamInputError, args.seed)

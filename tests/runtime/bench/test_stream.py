@@ -135,6 +135,8 @@ SIZES = TINY[4:]  # the tiny sizes without the device and backend
         ((*CPU_TORCH, "--timeout", "nan"), "--timeout must be a finite number"),
         ((*CPU_TORCH, "--timeout", "inf"), "--timeout must be a finite number"),
         ((*CPU_TORCH, "--head-dim", "nan"), None),  # argparse's own refusal: not an int
+        ((*CPU_TORCH, "--head-dim", "100000"), "--head-dim must be <= 1024"),  # issue 34 ND20: bounded as bench gdn
+        ((*CPU_TORCH, "--hidden-size", "1000000000"), "--hidden-size must be <= 65536"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_before_any_worker_starts(argv, words, capsys, monkeypatch):
