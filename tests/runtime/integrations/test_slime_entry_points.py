@@ -196,6 +196,16 @@ def test_launcher_refuses_a_bad_command_in_one_line(launch):
     ]
 
 
+def test_launcher_help_exits_0_and_names_its_switches(launch):
+    """Issue 35 item 15: `--help` printed the usage line and exited 2, not naming $SLIME_FLASHQLA_SLIME."""
+    run, _ = launch
+    for flag in ("--help", "-h"):
+        done = run(flag)
+        assert done.returncode == 0 and done.stderr == ""
+        assert done.stdout.startswith("usage: python -m slime_flashqla.integrations.slime SCRIPT")
+        assert "$SLIME_FLASHQLA_SLIME=0" in done.stdout and "$SLIME_FLASHQLA_GDN_SPLIT=0" in done.stdout
+
+
 def test_doctor_section_says_where_slime_is_and_what_install_would_replace(slime_source, monkeypatch):
     monkeypatch.setenv("SLIME_SOURCE", str(slime_source))
     monkeypatch.setenv("SLIME_FLASHQLA_COMM_CHECK", "whitelist")

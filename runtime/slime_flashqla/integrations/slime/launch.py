@@ -20,6 +20,14 @@ from slime_flashqla.integrations.slime.patches import PatchOnImport, PatchSet
 
 ARGUMENTS_MODULE = "slime.utils.arguments"
 USAGE = "usage: python -m slime_flashqla.integrations.slime SCRIPT [ARGS...]   (SCRIPT: slime's train.py, or yours)"
+HELP = f"""{USAGE}
+
+Runs SCRIPT as `python SCRIPT ARGS...` would, with slime's --qwen-gdn-backend widened to
+auto, flashqla, fla and torch (slime's parser offers fla and flashqla). The model is built in
+slime's actors: give them `--spec slime_flashqla.integrations.slime get_qwen3_next_spec` (or
+get_qwen3_5_spec). $SLIME_FLASHQLA_SLIME=0 runs SCRIPT with slime's own parser and turns the
+integration off; $SLIME_FLASHQLA_GDN_SPLIT=0 keeps slime's own GDN Attention wrapper.
+docs/en/slime.md has the details."""
 logger = logging.getLogger("slime_flashqla.integrations.slime")
 
 
@@ -46,6 +54,9 @@ def widen_slime_arguments(patches: PatchSet, module) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run SCRIPT with ARGS as `python SCRIPT ARGS` would, slime's parser widened unless $SLIME_FLASHQLA_SLIME=0."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-h", "--help"):
+        print(HELP)
+        return 0
     if not argv or argv[0].startswith("-"):
         print(USAGE, file=sys.stderr)
         return 2
