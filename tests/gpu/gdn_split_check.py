@@ -21,7 +21,6 @@ as a ratio to be read against 1/(TP x CP). The last line of each mode is JSON.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import statistics
@@ -31,6 +30,7 @@ from types import SimpleNamespace
 import torch
 
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
+from slime_flashqla.layers.context_parallel import zigzag_layout
 
 CLASSES = {"qwen3-next": Qwen3NextGatedDeltaNet, "qwen3.5": Qwen3_5GatedDeltaNet}
 SHAPES = {"qwen3-next": (16, 32, 2048), "qwen3.5": (16, 64, 4096)}  # Qwen3-Next-80B, Qwen3.5-397B at TP 1
@@ -46,15 +46,6 @@ def config(model: str, dtype, heads=None, hidden=None):
         hidden_size=hidden or h, linear_num_key_heads=hk, linear_num_value_heads=hv, linear_key_head_dim=128,
         linear_value_head_dim=128, linear_conv_kernel_dim=4, hidden_act="silu", rms_norm_eps=1e-6, dtype=dtype,
     )  # fmt: skip
-
-
-def zigzag_rows(offsets, size, rank):
-    rows = []
-    for start, end in itertools.pairwise(offsets):
-        chunk = (end - start) // (2 * size)
-        for index in (rank, 2 * size - 1 - rank):
-            rows.extend(range(start + index * chunk, start + (index + 1) * chunk))
-    return rows
 
 
 def groups_of(tp, cp, rank):
@@ -114,7 +105,9 @@ def _parity_rank(rank, world, store, model, tp, cp, sp, backend, lengths, queue)
             out = layer(xi, cu_seqlens=cu)
             out.backward(dy.to(dtype))
             refs[name] = (out, xi.grad, {n: p.grad for n, p in layer.named_parameters()})
-        rows = torch.tensor(zigzag_rows(offsets, cp, rank // tp), device=device)
+        # This rank's rows of the pack: the CPU tests check the layout against a plain loop.
+        local = offsets[-1] // cp
+        rows = zigzag_layout(offsets, cp, device).zigzag[(rank // tp) * local : (rank // tp + 1) * local]
 
         def mine(t):
             t = t[:, rows]

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import sys
 import types
 
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
 from slime_flashqla.integrations.slime.patches import REPLACED_ATTR, PatchSet, original_attribute
+from slime_flashqla.integrations.slime.switches import switch_on
 from slime_flashqla.layers import gated_deltanet
 from slime_flashqla.layers.config import REQUIRED_FIELDS
 
@@ -52,14 +52,8 @@ def split_summary() -> str:
 
 def split_enabled() -> bool:
     """Whether $SLIME_FLASHQLA_GDN_SPLIT lets each rank compute only its share (unset or 1: yes; 0: slime's wrapper)."""
-    value = os.environ.get(SPLIT_ENV, "").strip()
-    if value in ("", "1"):
-        return True
-    if value == "0":
-        return False
-    raise ValueError(
-        f"${SPLIT_ENV} is {value!r}: set 1 (or leave it unset) to split GDN over TP x CP ranks, "
-        "0 to keep slime's wrapper (every rank runs the whole layer)"
+    return switch_on(
+        SPLIT_ENV, "split GDN over TP x CP ranks", "keep slime's wrapper (every rank runs the whole layer)"
     )
 
 

@@ -19,6 +19,7 @@ from slime_flashqla.comm_guard.policy import FIRST_USE
 from slime_flashqla.comm_guard.settings import DEFAULT_THRESHOLD_GB, Settings
 from slime_flashqla.integrations.slime import comm, gdn
 from slime_flashqla.integrations.slime.patches import PatchOnImport, PatchSet
+from slime_flashqla.integrations.slime.switches import switch_on
 
 SWITCH_ENV = "SLIME_FLASHQLA_SLIME"
 logger = logging.getLogger("slime_flashqla.integrations.slime")
@@ -43,12 +44,7 @@ PLAN = {
 
 def enabled() -> bool:
     """Whether $SLIME_FLASHQLA_SLIME allows the integration (unset or 1: yes; 0: no)."""
-    value = os.environ.get(SWITCH_ENV, "").strip()
-    if value in ("", "1"):
-        return True
-    if value == "0":
-        return False
-    raise ValueError(f"${SWITCH_ENV} is {value!r}: set 1 (or leave it unset) to use slime-flashqla in slime, 0 to not")
+    return switch_on(SWITCH_ENV, "use slime-flashqla in slime", "not")
 
 
 @dataclass(repr=False)
