@@ -17,7 +17,8 @@ from pathlib import Path
 import slime_flashqla
 
 PACKAGE = Path(slime_flashqla.__file__).parent
-README = PACKAGE.parents[1] / "README.md"
+# The checkout's README, beside tests/ (inside an image the package lies in site-packages, the tests do not).
+README = Path(__file__).resolve().parents[2] / "README.md"
 # The ground floor: imports no other folder of the package; every folder may import it.
 GROUND = ["host", "workload", "files"]
 # Each column top to bottom: a folder imports only the folders below it in its column (and the ground).
