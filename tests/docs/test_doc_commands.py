@@ -128,7 +128,7 @@ def _work_folder(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """An empty folder of a clone (the checkout's top-level folders linked in) and the environment to run in."""
     work = tmp_path / "work"
     work.mkdir()
-    for top in ("runtime", "env", "docs", "tests", "docker", "conda-recipe", "README.md"):
+    for top in ("runtime", "env", "docs", "tests", "tools", "docker", "conda-recipe", "README.md"):
         (work / top).symlink_to(ROOT / top)
     _shims(tmp_path / "bin")
     env = {

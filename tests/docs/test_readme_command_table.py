@@ -31,8 +31,8 @@ ON_A_CPU = {
     "slime-flashqla bench stream": "refuses",
     "slime-flashqla bench comm": 0,  # gloo on a CPU
     "nox -s gpu_tests": "tests/sessions/test_sessions.py runs it where nox is installed",
-    "bash tests/gpu/validate_node.sh": "refuses",
-    "bash tests/gpu/stream_targets.sh": "refuses",
+    "bash tools/gpu/validate_node.sh": "refuses",
+    "bash tools/gpu/stream_targets.sh": "refuses",
 }
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="what the table says of a CPU machine")
 
@@ -59,7 +59,7 @@ def work_folder(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """An empty folder of a clone (the checkout's folders linked in), and the environment of a fresh shell."""
     work = tmp_path / "work"
     work.mkdir()
-    for top in ("runtime", "env", "docs", "tests", "docker", "conda-recipe", "README.md", "noxfile.py"):
+    for top in ("runtime", "env", "docs", "tests", "tools", "docker", "conda-recipe", "README.md", "noxfile.py"):
         (work / top).symlink_to(ROOT / top)
     _shims(tmp_path / "bin")
     caches = {name: tmp_path / name for name in ("tilelang", "triton", "tmp")}

@@ -1,4 +1,4 @@
-"""The GPU node scripts of the README's command table (tests/gpu/*.sh) and the GPU check scripts beside them.
+"""The GPU node scripts of the README's command table (tools/gpu/*.sh) and the GPU check scripts beside them.
 
 Where a script cannot do its job (no GPU, a missing module, an unknown stage) it says why in one line
 and exits 2 before any stage runs, writing nothing; by default it writes its evidence outside the
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = {name: ROOT / "tests" / "gpu" / f"{name}.sh" for name in ("validate_node", "stream_targets")}
+SCRIPTS = {name: ROOT / "tools" / "gpu" / f"{name}.sh" for name in ("validate_node", "stream_targets")}
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
 
 
@@ -190,7 +190,7 @@ def test_a_signal_to_the_script_ends_the_stage_and_every_later_one(sig, status, 
 @pytest.mark.parametrize("name", ["slime_integration_check.py", "flashqla_sm121_probe.py"])
 def test_the_gpu_check_scripts_refuse_a_machine_without_a_gpu(name, tmp_path):
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "gpu" / name)],
+        [sys.executable, str(ROOT / "tools" / "gpu" / name)],
         capture_output=True, text=True, timeout=120, env=script_env(tmp_path), cwd=tmp_path,
     )  # fmt: skip
     assert_refused(done, "needs a CUDA GPU")
@@ -200,8 +200,8 @@ def test_the_gpu_check_scripts_refuse_a_machine_without_a_gpu(name, tmp_path):
     shutil.which("shellcheck") is None, reason="shellcheck not installed (env/conda/check-tools.txt has it)"
 )
 def test_the_scripts_are_shellcheck_clean():
-    scripts = [*SCRIPTS.values(), ROOT / "tests" / "gpu" / "node_script.sh"]
+    scripts = [*SCRIPTS.values(), ROOT / "tools" / "gpu" / "node_script.sh"]
     done = subprocess.run(
-        ["shellcheck", "-x", *map(str, scripts)], capture_output=True, text=True, cwd=ROOT / "tests" / "gpu"
+        ["shellcheck", "-x", *map(str, scripts)], capture_output=True, text=True, cwd=ROOT / "tools" / "gpu"
     )
     assert done.returncode == 0, done.stdout

@@ -46,7 +46,7 @@ class LaunchConfig:
 
 
 # Fixed launches: no autotuning, so a process compiles each (dtype, layout, W) once.
-# Chosen by tests/gpu/conv_tune.py on an H200 (docs/benchmarks.md has the run).
+# Chosen by tools/gpu/conv_tune.py on an H200 (docs/benchmarks.md has the run).
 FORWARD = LaunchConfig(bt=32, bd=128, tiles=1, warps=4)
 BACKWARD_DPRE = LaunchConfig(bt=8, bd=128, tiles=32, warps=4)
 BACKWARD_DX = LaunchConfig(bt=32, bd=128, tiles=1, warps=2)

@@ -51,11 +51,11 @@ def test_help_names_the_module_describes_it_and_gives_each_default():
 
 
 def test_the_first_rl_step_script_runs_on_a_cpu_and_tables_each_phase(tmp_path):
-    """tests/gpu/first_rl_step.py (issue 31's measurement) as a smoke test: the torch backend, small sizes."""
+    """tools/gpu/first_rl_step.py (issue 31's measurement) as a smoke test: the torch backend, small sizes."""
     import json
     from pathlib import Path
 
-    script = Path(__file__).parents[2] / "gpu" / "first_rl_step.py"
+    script = Path(__file__).parents[3] / "tools" / "gpu" / "first_rl_step.py"
     done = subprocess.run(
         [sys.executable, str(script), "--device", "cpu", "--heads", "2/4", "--lengths", "200+56", "--hidden-size",
          "64", "--head-dim", "16", "--runs", "1", "--json", str(tmp_path / "r.json")],
@@ -76,6 +76,6 @@ def test_the_first_rl_step_script_refuses_a_machine_without_a_gpu_in_one_line():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    script = Path(__file__).parents[2] / "gpu" / "first_rl_step.py"
+    script = Path(__file__).parents[3] / "tools" / "gpu" / "first_rl_step.py"
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "needs a CUDA GPU" in done.stderr

@@ -5,7 +5,7 @@ version of the package has (`slime_flashqla.gdn.inputs.check_inputs`, and
 `slime_flashqla.gdn.get_chunk_gated_delta_rule` for the call path), so the same script
 measures an older checkout and a newer one: point PYTHONPATH at the `runtime/` to measure.
 
-    PYTHONPATH=$PWD/runtime python3 tests/gpu/check_inputs_host_time.py --device cuda
+    PYTHONPATH=$PWD/runtime python3 tools/gpu/check_inputs_host_time.py --device cuda
 
 Each figure is the median over --repeats rounds of the mean host time of --calls calls,
 timed without synchronising, after a warm-up; the GPU is synchronised between rounds.

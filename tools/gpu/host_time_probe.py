@@ -1,6 +1,6 @@
 """Host time per call of the `flashqla` path's pieces at 4096 tokens (docs/benchmarks.md).
 
-A diagnosis script, not a test: `python tests/gpu/host_time_probe.py` on a GPU node with FLA
+A diagnosis script, not a test: `python tools/gpu/host_time_probe.py` on a GPU node with FLA
 and flash-qla installed and the 16/32 kernels warmed. Each figure is the median of 7 repeats
 of 200 calls timed on the host without synchronising, after 20 warm-up calls.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 import flash_qla
 from fla.modules.norm.l2norm import l2norm as fla_l2
 from flash_qla.utils import l2norm as fq_l2norm

@@ -2,11 +2,11 @@
 
 Two commands, after `slime-flashqla warmup` of the head configurations:
 
-- `python3 tests/gpu/preload_stream.py report off.json on.json ...` reads `bench stream --json`
+- `python3 tools/gpu/preload_stream.py report off.json on.json ...` reads `bench stream --json`
   files and prints, per file, variant and heads: the first step, the steady median, the worst
   step after step 0 (seconds above the median, and which step), `stall_s`, and the compiles and
   autotunes after step 0. The target: no step after the first more than 0.5 s above the median.
-- `python3 tests/gpu/preload_stream.py timeline --heads 16/32,2/8 --modes on,calls --steps 20`
+- `python3 tools/gpu/preload_stream.py timeline --heads 16/32,2/8 --modes on,calls --steps 20`
   runs `bench stream`'s own worker (`run_job`: an `auto` layer, the seeded RL-like stream) in a
   fresh process per heads and SLIME_FLASHQLA_PRELOAD mode, and adds what the preload did:
   specialisations loaded, from recorded programs or rebuilt, its seconds, when it finished

@@ -2,7 +2,7 @@
 
 A measurement script, not a test (pytest does not collect it). On a GPU node:
 
-    PYTHONPATH=/tmp/site:$PWD/runtime python3 tests/gpu/conv_tune.py [--tokens 4096 32768 65536] [--json F]
+    PYTHONPATH=/tmp/site:$PWD/runtime python3 tools/gpu/conv_tune.py [--tokens 4096 32768 65536] [--json F]
 
 For each layout (Qwen3-Next's fused [q, k, v, z] projection per key head, Qwen3.5's [q | k | v],
 16/32 heads of 128, W = 4) and token count (two packed sequences, 1/4 and 3/4): every candidate
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import triton.testing
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from runtime.triton_ops.references import causal_conv1d_silu64, rel_error
 
 from slime_flashqla.triton_ops import causal_conv1d as cc

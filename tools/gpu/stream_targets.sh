@@ -10,7 +10,7 @@
 #   tests         the gpu tests of the kernels this run relies on, and `slime-flashqla check`
 #   fla-floor     the `fla` backend's GPU parity with the lowest FLA the runtime supports, installed
 #                 under FLA_FLOOR_SITE (pip install --target DIR flash-linear-attention==0.5.0 fla-core==0.5.0)
-#   bash tests/gpu/stream_targets.sh [stage ...]    (default: all but fla-floor, in that order)
+#   bash tools/gpu/stream_targets.sh [stage ...]    (default: all but fla-floor, in that order)
 # Needs a GPU, the stack (README's main command), matplotlib for the stream stages' plots and pytest
 # for the test stages; where one is missing, or a stage is unknown, it says so in one line and exits 2
 # before any stage runs. Ctrl-C or SIGTERM stops the running stage and the script (exit 130/143).

@@ -5,7 +5,7 @@
 # with a cold and a warm cache, the gpu test suite, and the GDN benchmark. Needs a GPU, the stack (FLA
 # and flash-qla: the README's main command), pytest for the tests stage and matplotlib for the bench
 # stage's plot.
-#   bash tests/gpu/validate_node.sh [stage ...]     stages: doctor first-step-cold warmup first-step tests bench
+#   bash tools/gpu/validate_node.sh [stage ...]     stages: doctor first-step-cold warmup first-step tests bench
 #                                                   (default: all, in that order)
 # Where it cannot do its job (no GPU, no torch, a missing module, an unknown stage) it says why in one
 # line and exits 2 before any stage runs. Ctrl-C or SIGTERM stops the running stage and the script

@@ -1,6 +1,6 @@
 """Where a warm fresh process's first RL step goes (issue 31), on a GPU node after `slime-flashqla warmup`.
 
-    python3 tests/gpu/first_rl_step.py --heads 16/32 --lengths 8192+24576 --runs 3 --json first_rl_step.json
+    python3 tools/gpu/first_rl_step.py --heads 16/32 --lengths 8192+24576 --runs 3 --json first_rl_step.json
 
 Each run is a fresh `python -X importtime` process that does what a training rank does up to the
 end of its first RL step (slime's actor: two forward-only passes under no_grad, then
@@ -318,7 +318,7 @@ def print_medians(runs: list[dict]) -> None:
 
 def main(argv=None) -> int:
     """Run the children and print the tables; one line and exit 2 where it cannot run."""
-    parser = argparse.ArgumentParser(prog="python3 tests/gpu/first_rl_step.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python3 tools/gpu/first_rl_step.py", description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default=None, help="GDN backend (default auto on a GPU, torch on a CPU)")
     parser.add_argument("--heads", default="16/32", help="Hk/Hv (default 16/32)")
     parser.add_argument("--lengths", default="8192+24576", help="the pack, '+'-joined lengths (default 8192+24576)")

@@ -2,7 +2,7 @@
 
 A measurement script, not a test (pytest does not collect it). On a GPU node with FLA and flash-qla:
 
-    PYTHONPATH=/tmp/site:$PWD/runtime python3 tests/gpu/layer_compare.py [--slime-source DIR] \
+    PYTHONPATH=/tmp/site:$PWD/runtime python3 tools/gpu/layer_compare.py [--slime-source DIR] \
         [--variants ours,slime-flashqla,slime-fla,megatron-core] [--models qwen3-next,qwen3.5] \
         [--packs 8192+24576,...] [--profile 8192+24576] [--json F]
 

@@ -2,7 +2,7 @@
 
 A measurement script, not a test (pytest does not collect it). On a GPU node with FLA:
 
-    PYTHONPATH=/tmp/site:$PWD/runtime python3 tests/gpu/triton_ops_bench.py [--tokens 4096 32768]
+    PYTHONPATH=/tmp/site:$PWD/runtime python3 tools/gpu/triton_ops_bench.py [--tokens 4096 32768]
         [--fresh-triton-cache]
 
 For each token count T: q/k l2norm on [1, T, 16, 128] (the 16-key-head layer), gated RMSNorm
@@ -38,7 +38,7 @@ if ARGS.fresh_triton_cache:
 import torch  # noqa: E402
 import triton.testing  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from runtime.triton_ops.references import (  # noqa: E402
     causal_conv1d_silu64,
     cu_seqlens_of,

@@ -1,6 +1,6 @@
 """flash-qla on SM121 (GB10) and SM120, reproduced on another GPU: TileLang made to report their compute version.
 
-    PYTHONPATH=/tmp/site:$PWD/runtime python tests/gpu/flashqla_sm121_probe.py
+    PYTHONPATH=/tmp/site:$PWD/runtime python tools/gpu/flashqla_sm121_probe.py
 
 flash_qla picks its kernels once, at import, from `tilelang.contrib.nvcc.get_target_compute_version()`,
 so each case patches that function before `import flash_qla`, in a fresh child process:

@@ -2,7 +2,7 @@
 
 A check script, not a test (pytest does not collect it). On a GPU node with FLA and flash-qla:
 
-    SLIME_SOURCE=$PWD/.slime-src PYTHONPATH=$PWD/runtime python3 tests/gpu/slime_integration_check.py \
+    SLIME_SOURCE=$PWD/.slime-src PYTHONPATH=$PWD/runtime python3 tools/gpu/slime_integration_check.py \
         [--models qwen3-next,qwen3.5] [--pack 4096+2500+1200+300+96]
 
 For each model: slime's own layer class (its real FLA ShortConvolution and FusedRMSNormGated,

@@ -1,6 +1,6 @@
 """Warm-start imports of the `auto` path on a GPU node, in fresh processes: the deferral now against before.
 
-`python3 tests/gpu/import_phases.py --runs 3 --json import_phases.json` alternates two variants,
+`python3 tools/gpu/import_phases.py --runs 3 --json import_phases.json` alternates two variants,
 each run a new Python process with bytecode already cached (one unmeasured run of each first):
 
 - `deferred`: what `auto` imports today: `flash_qla` with its module-level `@torch.compile`

@@ -11,7 +11,7 @@
 #   stream   `bench stream` of the auto layer after the warm-up, 16/32 and 2/8, with its stall table
 #   firststep  the first step with the kernel preload off and on, alternating on one machine (ROUNDS
 #            of each, 16/32 and 2/8): whether the preload's thread slows the step it runs beside
-#   bash tests/gpu/layer_targets.sh stage ...      (SLIME_SOURCE names slime's checkout)
+#   bash tools/gpu/layer_targets.sh stage ...      (SLIME_SOURCE names slime's checkout)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT_DIR=$(mkdir -p "${OUT_DIR:-layer-targets}" && cd "${OUT_DIR:-layer-targets}" && pwd)
@@ -25,11 +25,11 @@ for s in "$@"; do
   case "$s" in
     tune)
       stage "conv_tune sweep, applied"
-      $PY tests/gpu/conv_tune.py --apply --json "$OUT_DIR/conv_tune.json" || status=1
+      $PY tools/gpu/conv_tune.py --apply --json "$OUT_DIR/conv_tune.json" || status=1
       ;;
     apply)
       stage "conv configurations from $OUT_DIR/conv_tune.json"
-      $PY tests/gpu/conv_tune.py --apply-from "$OUT_DIR/conv_tune.json" || status=1
+      $PY tools/gpu/conv_tune.py --apply-from "$OUT_DIR/conv_tune.json" || status=1
       ;;
     warmup)
       stage "warmup 16/32,2/8,32/32, cold"
@@ -38,7 +38,7 @@ for s in "$@"; do
       ;;
     compare)
       stage "layers: ours against slime's own"
-      $PY tests/gpu/layer_compare.py --slime-source "${SLIME_SOURCE:?SLIME_SOURCE names slime}" \
+      $PY tools/gpu/layer_compare.py --slime-source "${SLIME_SOURCE:?SLIME_SOURCE names slime}" \
         --profile 8192+24576 --json "$OUT_DIR/layer_compare.json" || status=1
       ;;
     parity)
@@ -49,12 +49,12 @@ for s in "$@"; do
       stage "bench stream, auto, 16/32 and 2/8, after the warm-up"
       $PY -m slime_flashqla bench stream --backend auto --heads 16/32,2/8 --steps "$STEPS" --plain \
         --json "$OUT_DIR/stream_auto.json" || status=1
-      $PY tests/gpu/preload_stream.py report "$OUT_DIR/stream_auto.json" || status=1
+      $PY tools/gpu/preload_stream.py report "$OUT_DIR/stream_auto.json" || status=1
       ;;
     firststep)
       modes=$(for _ in $(seq "${ROUNDS:-2}"); do printf 'off,on,'; done)
       stage "first step, preload ${modes%,}"
-      $PY tests/gpu/preload_stream.py timeline --heads 16/32,2/8 --modes "${modes%,}" --steps 3 \
+      $PY tools/gpu/preload_stream.py timeline --heads 16/32,2/8 --modes "${modes%,}" --steps 3 \
         --json "$OUT_DIR/first_step.json" || status=1
       ;;
     *)

@@ -2,8 +2,8 @@
 
 A measurement script, not a test (pytest does not collect it). On a GPU node with flash-qla:
 
-    PYTHONPATH=/tmp/site:$PWD/runtime python3 tests/gpu/gdn_split_check.py parity [--json F]
-    PYTHONPATH=/tmp/site:$PWD/runtime python3 tests/gpu/gdn_split_check.py cost [--tokens 65536,262144] [--json F]
+    PYTHONPATH=/tmp/site:$PWD/runtime python3 tools/gpu/gdn_split_check.py parity [--json F]
+    PYTHONPATH=/tmp/site:$PWD/runtime python3 tools/gpu/gdn_split_check.py cost [--tokens 65536,262144] [--json F]
 
 parity: the ranks as processes on one GPU, gloo carrying the CUDA tensors through host memory,
 each layer built whole and split with `compute_on_share` (as slime's Attention does), bf16 on
