@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Issue 19's targets on one GPU, in stages, evidence under OUT_DIR (default ./layer-targets):
+# Our GDN layer (`auto`) against slime's own layer classes on one GPU: time per step and peak memory
+# at four packs, the short conv's launch configurations, GPU parity, the stall table of a warmed
+# stream, and the first step with the kernel preload off and on (the targets of issue 19). In
+# stages, evidence under OUT_DIR (default ./layer-targets):
 #   tune     conv_tune: sweep the short conv's launch configurations, write the best into this
 #            copy's source (and OUT_DIR/conv_tune.json), ours against FLA's conv at 4k/32k/64k tokens
 #   apply    write OUT_DIR/conv_tune.json's configurations into this copy's source (a later call

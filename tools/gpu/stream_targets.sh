@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2329 # the stage functions are called through run_stage
-# Issue 13's targets on one GPU, in one run, evidence under OUT_DIR (default: a new folder under $TMPDIR):
+# RL-like pack streams on one GPU: the cold warm-up, compiles, autotunes and stalls after step 0 of
+# `auto` and slime's two paths, the kernel-cache archive round trip, and a warm process's first step
+# (the targets of issue 13). In one run, evidence under OUT_DIR (default: a new folder under $TMPDIR):
 #   warmup        cold `slime-flashqla warmup` of the head configurations the streams run
 #   stream-auto   200-step `auto` layer streams at each of AUTO_HEADS: compiles/autotunes after step 0, stalls
 #   stream-kernel the three variants at kernel level on one warmed cache (auto, slime's FlashQLA path, slime's default)
