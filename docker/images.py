@@ -45,7 +45,7 @@ HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 # instead of leaving the Dockerfile's default in place.
 NOTSET = "notset"
 # What the Dockerfiles COPY: an image's io.slime-flashqla.source-tree label is git's tree of these.
-BUILD_INPUTS = ("README.md", "noxfile.py", "env", "docker", "docs", "conda-recipe", "tests", "runtime")
+BUILD_INPUTS = ("README.md", "noxfile.py", "env", "docker", "docs", "conda-recipe", "tests", "tools", "runtime")
 # The CPU suite in an image of another architecture (GB10's arm64 on an x86_64 builder) runs under
 # qemu-user, where every fresh Python process pays torch's import again (13-20 s), so the whole
 # suite took longer than CI allows. There it runs the part that exercises the platform's own
