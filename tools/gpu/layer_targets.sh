@@ -16,7 +16,7 @@
 #            of each, 16/32 and 2/8): whether the preload's thread slows the step it runs beside
 #   bash tools/gpu/layer_targets.sh stage ...      (SLIME_SOURCE names slime's checkout)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 OUT_DIR=$(mkdir -p "${OUT_DIR:-layer-targets}" && cd "${OUT_DIR:-layer-targets}" && pwd)
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
