@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from slime_flashqla.gdn import GDNInputError
-from slime_flashqla.gdn.cu_seqlens import CuSeqlensVerdicts, check_cu_seqlens, checked_cu_seqlens, verdicts
+from slime_flashqla.gdn.cu_seqlens import CuSeqlensVerdicts, checked_cu_seqlens, verdicts
 
 TOKENS = 30
 
@@ -116,10 +116,10 @@ def test_the_copy_lives_as_long_as_the_callers_tensor(reusing):
 def test_on_cpu_every_call_reads_the_values():
     verdicts.clear()
     seqlens = cu(0, 10, 30)
-    assert check_cu_seqlens(seqlens, TOKENS) == 2
+    assert checked_cu_seqlens(seqlens, TOKENS).tolist() == [0, 10, 30]
     seqlens.data[1] = 40
     with pytest.raises(GDNInputError, match="non-decreasing"):
-        check_cu_seqlens(seqlens, TOKENS)
+        checked_cu_seqlens(seqlens, TOKENS)
     seqlens.data[1], seqlens.data[2] = 20, 25
     assert checked_cu_seqlens(seqlens, 25).tolist() == [0, 20, 25]
 
