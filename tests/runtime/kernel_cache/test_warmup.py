@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from slime_flashqla.workload.heads import HeadConfig, parse_head_config
-from slime_flashqla.workload.models import model_heads, split_for_tp
+from slime_flashqla.workload.heads import HeadConfig
 
 WARMUP_CPU = (sys.executable, "-m", "slime_flashqla", "warmup", "--device", "cpu", "--backends", "torch")
 
@@ -24,25 +23,6 @@ WARMUP_CPU = (sys.executable, "-m", "slime_flashqla", "warmup", "--device", "cpu
 def warmup(tmp_path, *args, check=True):
     cmd = [*WARMUP_CPU, "--cache-dir", str(tmp_path / "cache"), "--lengths", "40+30", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=check)
-
-
-def test_heads_parsing_and_tp_split():
-    assert parse_head_config("16/32") == HeadConfig(16, 32)
-    assert split_for_tp(model_heads("qwen3-next-80b-a3b"), 8) == HeadConfig(2, 4)
-    assert split_for_tp(model_heads("qwen3.5-397b-a17b"), 2) == HeadConfig(8, 32)
-    for bad in ("16", "16/30", "a/b", "0/4"):
-        with pytest.raises(ValueError, match=r"Hk/Hv|multiple"):
-            parse_head_config(bad)
-    with pytest.raises(ValueError, match="does not divide"):
-        split_for_tp(HeadConfig(16, 48), 32)
-    with pytest.raises(ValueError, match="unknown model"):
-        model_heads("qwen9")
-
-
-def test_model_heads_from_a_config_json(tmp_path):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({"text_config": {"linear_num_key_heads": 16, "linear_num_value_heads": 48}}))
-    assert model_heads(str(path)) == HeadConfig(16, 48)
 
 
 def refusal(result) -> str:

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from slime_flashqla.workload.heads import HeadConfig, parse_head_config
-from slime_flashqla.workload.models import model_heads, model_rank_heads
+from slime_flashqla.workload.models import model_heads, model_rank_heads, split_for_tp
 
 
 @pytest.mark.parametrize(
@@ -59,6 +59,13 @@ def test_warmup_refuses_bad_model_heads_before_any_process_starts(tmp_path):
     assert done.returncode == 2
     output = (done.stdout + done.stderr).strip().splitlines()
     assert len(output) == 1 and "positive multiple" in output[0]
+
+
+def test_a_model_s_heads_are_split_over_the_tp_ranks_or_refused():
+    assert split_for_tp(model_heads("qwen3-next-80b-a3b"), 8) == HeadConfig(2, 4)
+    assert split_for_tp(model_heads("qwen3.5-397b-a17b"), 2) == HeadConfig(8, 32)
+    with pytest.raises(ValueError, match="does not divide"):
+        split_for_tp(HeadConfig(16, 48), 32)
 
 
 @pytest.mark.parametrize("tp", ["x", "2,two", ","])

@@ -18,6 +18,7 @@ import time
 import psutil
 import pytest
 
+from helpers.comm_guard_state import clean_comm_guard  # noqa: F401  (autouse fixture: bench comm installs policies here)
 from slime_flashqla import cli
 from slime_flashqla.bench import comm
 from slime_flashqla.cli import bench as bench_cli
