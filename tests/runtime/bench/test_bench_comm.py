@@ -30,6 +30,8 @@ def test_bench_comm_gloo_two_ranks(tmp_path, monkeypatch, capfd):
     for var in ("MASTER_ADDR", "MASTER_PORT"):  # run() sets them for its ranks; restore afterwards
         monkeypatch.setenv(var, "unset")
     monkeypatch.delenv("WORLD_SIZE", raising=False)
+    # No width, as in a log: plain rows kept whole (pytest-xdist's workers set COLUMNS=80, where rich folds cells).
+    monkeypatch.delenv("COLUMNS", raising=False)
     out = tmp_path / "comm.json"
     markdown = tmp_path / "comm.md"
     argv = ["--backend", "gloo", "--nproc", "2", "--sizes", "4K", "--rounds", "1", "--iters-small", "6"]
