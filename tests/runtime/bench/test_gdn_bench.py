@@ -468,13 +468,7 @@ def test_dry_run_prints_the_plan_where_a_default_variant_cannot_run(capsys, monk
     assert len(err) == 1 and "these variants cannot run on this machine" in err[0] and "--skip-unavailable" in err[0]
 
 
-def test_module_runs_standalone_and_imports_no_kernel_library():
-    code = (
-        "import sys, slime_flashqla.bench.gdn; "
-        "print(sorted(m for m in ('torch', 'fla', 'flash_qla', 'tilelang', 'triton') if m in sys.modules))"
-    )
-    imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert imported.stdout.strip() == "[]"
+def test_module_runs_standalone():
     helped = subprocess.run(
         [sys.executable, "-m", "slime_flashqla.bench.gdn", "--help"], capture_output=True, text=True, timeout=120
     )

@@ -271,16 +271,6 @@ def test_one_lock_per_directory_whatever_the_aliases(tmp_path):
     assert temp_leftovers(tmp_path / "one", tmp_path / "real", tmp_path / "two", tmp_path / "env") == []
 
 
-def test_cli_modules_import_nothing_heavy():
-    code = (
-        "import sys; import slime_flashqla.cli.cache, slime_flashqla.kernel_cache.archive; "
-        "from slime_flashqla.cli import build_parser; build_parser(); "
-        "print(sorted(m for m in ('torch', 'triton', 'tilelang', 'fla', 'flash_qla') if m in sys.modules))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert result.stdout.strip() == "[]"
-
-
 @pytest.mark.slow
 def test_concurrent_importers_and_a_writer_leave_an_intact_cache(tmp_path):
     """Four importing ranks at once, a process writing into both caches as TileLang and Triton do, and a reader
