@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.gdn_inputs import make_inputs
+from helpers.gdn_inputs import call_gdn, make_inputs
 from helpers.raised_where import frame_files, raised_before_package, raised_by_check
 from slime_flashqla.gdn import GDNInputError, check_inputs, get_chunk_gated_delta_rule
 from slime_flashqla.gdn.api import GDNKernel
@@ -18,17 +18,7 @@ from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 def call(inputs, backend="torch", **overrides):
     args = {**inputs, **overrides}
     fn = get_chunk_gated_delta_rule(backend) if backend != "flashqla" else GDNKernel(KERNEL_BACKENDS["flashqla"])
-    return fn(
-        args["q"],
-        args["k"],
-        args["v"],
-        g=args["g"],
-        beta=args["beta"],
-        scale=args.get("scale"),
-        initial_state=args["initial_state"],
-        output_final_state=True,
-        cu_seqlens=args["cu_seqlens"],
-    )
+    return call_gdn(fn, args, scale=args.get("scale"), output_final_state=True)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers.gdn_inputs import make_inputs
+from helpers.gdn_inputs import call_gdn, make_inputs
 from helpers.gdn_recurrence import recurrent_gated_delta_rule
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
 from slime_flashqla.gdn.backends.torch.reference import chunk_gated_delta_rule_torch
@@ -17,19 +17,7 @@ def rel(actual, expected):
 
 def run_both(inputs, *, l2=True, scale=None, **kwargs):
     fn = get_chunk_gated_delta_rule("torch")
-    o, ht = fn(
-        inputs["q"],
-        inputs["k"],
-        inputs["v"],
-        g=inputs["g"],
-        beta=inputs["beta"],
-        scale=scale,
-        initial_state=inputs["initial_state"],
-        output_final_state=True,
-        use_qk_l2norm_in_kernel=l2,
-        cu_seqlens=inputs["cu_seqlens"],
-        **kwargs,
-    )
+    o, ht = call_gdn(fn, inputs, scale=scale, output_final_state=True, use_qk_l2norm_in_kernel=l2, **kwargs)
     ro, rht = recurrent_gated_delta_rule(
         inputs["q"],
         inputs["k"],
