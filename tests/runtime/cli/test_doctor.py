@@ -63,7 +63,7 @@ def test_json_report_on_a_machine_without_gpu(report):
 
 @pytest.mark.skipif(not NO_GPU, reason="describes a machine without a GPU")
 def test_require_flashqla_fails_without_gpu():
-    """Item 14: the verdict was on stdout, so `doctor --require flashqla > /dev/null` said nothing in a job log."""
+    """An unmet `--require` is said on stderr, so `doctor --require x > /dev/null` still says it (issue 35 item 14)."""
     result = cli("doctor", "--require", "flashqla")
     assert result.returncode == 1
     assert "REQUIREMENT NOT MET: FlashQLA is not usable for training" in result.stderr
@@ -74,7 +74,7 @@ INVALID = {"SLIME_FLASHQLA_SLIME": "off", "SLIME_FLASHQLA_COMM_CHECK": "never"}
 
 
 def test_settings_the_integration_refuses_are_warnings():
-    """Item 13: invalid values showed as `invalid: ...` rows with no WARNING, `warnings: []`, exit 0."""
+    """A setting the integration would refuse is a WARNING, in the table and in the JSON (issue 35 item 13)."""
     report = json.loads(cli("doctor", "--json", **INVALID).stdout)
     warned = " ".join(report["warnings"])
     assert "$SLIME_FLASHQLA_SLIME is 'off'" in warned and "$SLIME_FLASHQLA_COMM_CHECK is 'never'" in warned
@@ -86,7 +86,7 @@ def test_settings_the_integration_refuses_are_warnings():
 
 
 def test_require_is_not_met_while_a_setting_is_refused():
-    """Item 13: `--require` passed although every slime actor would refuse the settings."""
+    """`--require` is unmet while a setting the integration refuses is set (issue 35 item 13)."""
     result = cli("doctor", "--json", "--require", "fla", "--require", "flashqla", **INVALID)
     assert result.returncode == 1
     unmet = " ".join(json.loads(result.stdout)["unmet_requirements"])
@@ -96,7 +96,7 @@ def test_require_is_not_met_while_a_setting_is_refused():
 
 @pytest.mark.slime
 def test_switched_off_the_integration_replaces_nothing(slime_source):
-    """Item 13: with SLIME_FLASHQLA_SLIME=0 doctor listed the four replacements install() then does not make."""
+    """With SLIME_FLASHQLA_SLIME=0 doctor lists no replacement, as install() then makes none (issue 35 item 13)."""
     off = cli("doctor", SLIME_SOURCE=str(slime_source), SLIME_FLASHQLA_SLIME="0", COLUMNS="400").stdout
     assert "none (switched off)" in off
     assert "Qwen3NextGatedDeltaNet ->" not in off
@@ -118,7 +118,7 @@ def test_tilelang_cache_dir_follows_the_environment(tmp_path):
 
 
 def test_check_json_is_the_doctor_report_and_the_check():
-    """Item 28: `check` was the one report without --json."""
+    """`check --json` is the doctor report and the check's result (issue 35 item 28)."""
     result = cli("check", "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
@@ -180,7 +180,7 @@ def test_doctor_reports_what_the_installed_flashqla_release_runs(tmp_path, relea
 
 
 def test_doctor_says_how_slime_s_gdn_layers_split_and_warns_on_a_bad_switch():
-    """Issue 30: doctor and the integration's log line say how GDN is split; a value install() refuses is a WARNING."""
+    """doctor says how slime's GDN layers are split; a value install() refuses is a WARNING (issue 30)."""
     on = json.loads(cli("doctor", "--json").stdout)["slime"]["gdn_split"]
     assert on.startswith("on ($SLIME_FLASHQLA_GDN_SPLIT unset or 1): heads over TP x CP")
     off = json.loads(cli("doctor", "--json", SLIME_FLASHQLA_GDN_SPLIT="0").stdout)["slime"]["gdn_split"]
@@ -192,7 +192,7 @@ def test_doctor_says_how_slime_s_gdn_layers_split_and_warns_on_a_bad_switch():
 
 
 def test_doctor_shows_the_kernel_preload_setting_and_a_bad_one():
-    """Issue 34 ND24: doctor did not show SLIME_FLASHQLA_PRELOAD at all."""
+    """doctor shows SLIME_FLASHQLA_PRELOAD, and a bad value as INVALID (issue 34 ND24)."""
     report = json.loads(cli("doctor", "--json", SLIME_FLASHQLA_PRELOAD="maybe").stdout)
     assert report["kernel_preload"].startswith("INVALID: SLIME_FLASHQLA_PRELOAD='maybe'")
     assert ("kernel preload", report["kernel_preload"]) in report_rows(report)

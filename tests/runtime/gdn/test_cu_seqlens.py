@@ -126,7 +126,7 @@ def test_on_cpu_every_call_reads_the_values():
 
 @pytest.mark.parametrize("reuse_on_cpu", [True, False], ids=["reusing", "reading"])
 def test_an_in_place_edit_of_the_checked_copy_is_read_again(reuse_on_cpu):
-    """Issue 25 D6: the copy handed to the kernels was trusted as it was, whatever was written into it."""
+    """A checked copy that was written into is read and checked again, never trusted as it is (issue 25 D6)."""
     cache = CuSeqlensVerdicts(reuse_on_cpu=reuse_on_cpu)
     checked = cache.checked(cu(0, 10, 30), TOKENS)
     checked.copy_(cu(0, 40, 30))
@@ -140,7 +140,7 @@ def test_an_in_place_edit_of_the_checked_copy_is_read_again(reuse_on_cpu):
 
 
 def test_an_edit_of_a_cpu_copy_that_bumps_no_version_is_read_again():
-    """The issue-25 audit's gap: `.data` and numpy edits of the copy move no version counter."""
+    """A CPU copy passed back is read again: edits by `.data` or numpy bump no version, yet are caught (issue 25)."""
     verdicts.clear()
     copy = checked_cu_seqlens(cu(0, 3, 10), 10)
     copy.data[1], copy.data[2] = 7, 3
@@ -165,7 +165,7 @@ def test_the_probe_s_edit_of_the_runtime_s_copy_is_refused():
 
 
 def test_meta_cu_seqlens_is_refused_by_the_layer_too():
-    """Issue 25 D21: the layer checks cu_seqlens before the device check, so it met torch's own error first."""
+    """The layer refuses meta cu_seqlens with the check's message, before torch's own error (issue 25 D21)."""
     from slime_flashqla.layers import Qwen3NextGatedDeltaNet
     from slime_flashqla.workload.models import gdn_layer_config
 

@@ -228,7 +228,7 @@ def test_backend_limits_are_input_errors_too():
 @pytest.mark.parametrize("backend", ["torch", "auto"])
 @pytest.mark.parametrize("scale", [np.float32(0.5), np.float16(0.5), np.float64(0.5), np.int64(1), 0.5, 2])
 def test_every_real_number_type_is_a_scale(inputs, backend, scale):
-    """Issue 25 D23: np.float32(0.5) was refused while np.float64(0.5), a float subclass, passed."""
+    """Every real number type is a scale (numpy's float32 as well as float64, a float subclass) (issue 25 D23)."""
     o, _ = call(inputs, backend, scale=scale)
     expected, _ = call(inputs, backend, scale=float(scale))
     torch.testing.assert_close(o, expected, rtol=0, atol=0)
@@ -241,7 +241,7 @@ def test_a_boolean_numpy_scale_is_refused(inputs, backend):
 
 
 def test_meta_cu_seqlens_is_refused_in_the_check():
-    """Issue 25 D21: meta cu_seqlens raised torch's own NotImplementedError from .tolist()."""
+    """cu_seqlens on the meta device is refused by the check, not by torch's .tolist() (issue 25 D21)."""
     meta = {key: (t.to("meta") if t is not None else None) for key, t in make_inputs(lengths=(10, 20)).items()}
     with refused("cu_seqlens on the meta device cannot be checked"):
         call(meta, "torch")

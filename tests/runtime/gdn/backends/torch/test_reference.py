@@ -161,7 +161,7 @@ def test_gradients_cross_chunks_like_the_recurrence():
 
 @pytest.mark.parametrize("closed", [(4,), (0,), (63, 64), (4, 5, 100)], ids=str)
 def test_a_closed_gate_resets_the_state_like_the_recurrence(closed):
-    """Issue 25 D22: g = -inf (a fully closed gate) gave NaN, as exp(G_i - G_j) met -inf - -inf."""
+    """g = -inf (a closed gate) resets the state as the recurrence does, never NaN from -inf - -inf (issue 25 D22)."""
     inputs = make_inputs(lengths=(37, 91))
     for t in closed:
         inputs["g"][0, t, 1] = float("-inf")
