@@ -12,7 +12,7 @@ from helpers.repo_modules import ROOT, images
 
 IMAGES = images()
 VERSIONS = IMAGES.load_versions()
-# The images, tags and build arguments the sessions made before docker/images.py, word for word.
+# Each image's tag and build arguments: the names the sessions, CI and the docs build and run by.
 TAGS = {
     "default": "slime-flashqla:latest",
     "gb10": "slime-flashqla:gb10",
@@ -35,7 +35,7 @@ def image(name: str):
     return IMAGES.load_images()[name]
 
 
-def test_one_folder_per_image_with_the_tags_the_sessions_always_had():
+def test_each_image_is_one_folder_with_its_tag_and_dockerfile():
     found = IMAGES.load_images()
     assert {name: i.tag for name, i in found.items()} == TAGS
     assert list(found) == sorted(found)  # gb10 builds before gb10-flashqla, which reuses its layers
@@ -49,7 +49,7 @@ def test_one_folder_per_image_with_the_tags_the_sessions_always_had():
 
 
 @pytest.mark.parametrize("name", list(TAGS))
-def test_the_build_arguments_are_the_ones_the_sessions_passed_before(name):
+def test_each_image_gets_its_build_arguments_and_their_pinned_values(name):
     args = IMAGES.build_args(image(name), env={}, revision="abc123")
     assert set(args) == ARGS[name]
     assert args["REVISION"] == "abc123"
@@ -115,17 +115,6 @@ def test_the_environment_overrides_base_and_flashqla_but_not_an_images_own_argum
         IMAGES.build_args(image("default"), env=env, revision="x")["BASE_IMAGE"]
         == VERSIONS["images"]["default"]["base"]
     )
-
-
-def test_versions_file_is_parsed_once():
-    IMAGES.load_versions.cache_clear()
-    first = IMAGES.load_versions()
-    for name in TAGS:
-        IMAGES.build_args(image(name), env={}, revision="x")
-        IMAGES.expected_pin_labels(image(name))
-        IMAGES.image_platform(image(name))
-    assert IMAGES.load_versions() is first
-    assert IMAGES.load_versions.cache_info().misses == 1
 
 
 def test_platforms_come_from_the_pins_tables():

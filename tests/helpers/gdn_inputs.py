@@ -1,9 +1,11 @@
-"""Random GDN inputs of realistic scale (never zeros: zeros hide indexing bugs)."""
+"""Random GDN inputs of realistic scale (never zeros: zeros hide indexing bugs), and a call with them."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from slime_flashqla.workload.lengths import packed_offsets
 
 
 def make_inputs(
@@ -41,9 +43,12 @@ def make_inputs(
         "initial_state": (randn(n, value_heads, key_dim, value_dim) * 0.1).float() if initial_state else None,
     }
     out = {key: (t.to(device).requires_grad_(requires_grad) if t is not None else None) for key, t in tensors.items()}
-    out["cu_seqlens"] = (
-        torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=device)
-        if varlen
-        else None
-    )
+    out["cu_seqlens"] = torch.tensor(packed_offsets(lengths), dtype=torch.int32, device=device) if varlen else None
     return out
+
+
+def call_gdn(fn, inputs: dict, **keywords):
+    """`fn(q, k, v, g=, beta=, initial_state=, cu_seqlens=)` with those taken from `inputs` (as make_inputs
+    returns them); `keywords` are passed too, and override any of the four named ones."""
+    named = {name: inputs[name] for name in ("g", "beta", "initial_state", "cu_seqlens")}
+    return fn(inputs["q"], inputs["k"], inputs["v"], **{**named, **keywords})

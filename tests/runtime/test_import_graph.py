@@ -4,15 +4,24 @@ Every import points down and the two columns import nothing of each other; no tw
 each other in a circle. Read from the source with `ast` (imports inside functions included), so a
 lazy import that points back up is caught as surely as one at the top of a module. A module's
 `if __name__ == "__main__":` block is its program entry, which nothing imports: not counted.
+
+Beside the graph, what a process has imported after it: the CLI's parser and the modules a
+parser or a job's setup reads import no torch, and the package imports no kernel package until
+a kernel is asked for (each line run in a fresh interpreter, so nothing imported before counts).
 """
 
 from __future__ import annotations
 
 import ast
 import itertools
+import json
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
+
+import pytest
 
 import slime_flashqla
 
@@ -167,3 +176,36 @@ def test_no_circle_between_modules():
 
     for module in sorted(edges):
         visit(module)
+
+
+KERNEL_PACKAGES = ("fla", "flash_qla", "tilelang", "triton")
+HEAVY = ("torch", *KERNEL_PACKAGES)
+# Test id -> (what a process runs, the packages still unimported after it).
+UNIMPORTED_AFTER = {
+    "cli-parser": ("import slime_flashqla.cli; slime_flashqla.cli.build_parser()", HEAVY),  # every --help
+    "gdn.names": ("import slime_flashqla.gdn.names", HEAVY),
+    "workload.heads": ("import slime_flashqla.workload.heads", HEAVY),
+    "workload.setup": ("import slime_flashqla.workload.setup", HEAVY),
+    "cache-cli": ("import slime_flashqla.cli.cache, slime_flashqla.kernel_cache.archive", HEAVY),
+    "bench.gdn": ("import slime_flashqla.bench.gdn", HEAVY),
+    "package": (
+        "import slime_flashqla, slime_flashqla.gdn, slime_flashqla.layers, slime_flashqla.args, "
+        "slime_flashqla.diagnostics.report, slime_flashqla.kernels.cache",
+        KERNEL_PACKAGES,
+    ),
+    # Asking for the reference and for `auto`, and auto's choice on this machine, load no kernel either.
+    "torch-and-auto": (
+        "from slime_flashqla.gdn import get_chunk_gated_delta_rule as get, explain_auto; "
+        "get('torch'); get('auto'); explain_auto()",
+        KERNEL_PACKAGES,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", UNIMPORTED_AFTER)
+def test_a_line_imports_none_of_the_packages_it_must_not(case):
+    line, unimported = UNIMPORTED_AFTER[case]
+    probe = f"import json, sys\n{line}\nprint(json.dumps(sorted(m for m in {unimported!r} if m in sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [], line

@@ -146,8 +146,3 @@ def checked_cu_seqlens_offsets(cu_seqlens, tokens: int) -> tuple[torch.Tensor, l
     """Validate `cu_seqlens` against T tokens; return the kernels' tensor and its values on the host."""
     _check_form(cu_seqlens)
     return verdicts.checked_offsets(cu_seqlens, tokens)
-
-
-def check_cu_seqlens(cu_seqlens, tokens: int) -> int:
-    """Validate `cu_seqlens` against T tokens and return the number of sequences."""
-    return checked_cu_seqlens(cu_seqlens, tokens).numel() - 1

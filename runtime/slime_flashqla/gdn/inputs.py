@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from slime_flashqla.gdn.cu_seqlens import check_cu_seqlens, checked_cu_seqlens
+from slime_flashqla.gdn.cu_seqlens import checked_cu_seqlens
 from slime_flashqla.gdn.errors import GDNInputError
 
-__all__ = ["FLOAT_DTYPES", "GDNShape", "check_cu_seqlens", "check_inputs", "checked_cu_seqlens"]
+__all__ = ["FLOAT_DTYPES", "GDNShape", "check_inputs", "checked_cu_seqlens"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import functools
 
-TRITON = "slime-flashqla-triton"
-
 
 @functools.cache
 def _qk_function():
@@ -44,13 +42,7 @@ def _qk_function():
         # kernels alone, without an autograd node to build and save tensors for.
         return l2norm_fwd(q)[0], l2norm_fwd(k)[0]
 
-    normalise.autograd_function = QKL2Norm  # the node itself, for host-time comparisons
     return normalise
-
-
-def qk_l2norm_impl() -> str:
-    """Which l2norm the `flashqla` and `fla` backends run on q/k: this package's fixed-launch Triton kernel."""
-    return TRITON
 
 
 def l2norm_qk(q, k, kwargs: dict):

@@ -3,8 +3,8 @@
 The GDN layers and backends import Triton, FlashQLA and FLA lazily, at their first kernel
 call, so that `import slime_flashqla` stays cheap. A training process pays those imports
 anyway (FLA's package `__init__` imports every FLA layer and model, which is why the layers'
-own kernels no longer come from FLA; docs/benchmarks.md has the times), and they then showed
-up inside the first forward. Importing them at start-up puts that cost where a job
+own kernels are this package's rather than FLA's; docs/benchmarks.md has the times), and
+left lazy they land inside the first forward. Importing them at start-up puts that cost where a job
 expects it, makes a broken install fail before the first step, and lets `first_step` report
 the first forward+backward apart from the imports.
 """

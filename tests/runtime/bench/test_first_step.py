@@ -1,4 +1,4 @@
-"""`python -m slime_flashqla.bench.first_step`: refused in one line where it cannot run, and its help."""
+"""`python -m slime_flashqla.bench.first_step`: one-line refusals, its help, and its import-time table."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def run(*args):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="describes a machine without a GPU")
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_2():
-    """Issue 35 item 7: two raw tracebacks (the child's and the parent's), exit 1."""
+    """Without a GPU it says so in one line, exit 2, with no traceback from child or parent (issue 35 item 7)."""
     done = run()
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
@@ -79,3 +79,22 @@ def test_the_first_rl_step_script_refuses_a_machine_without_a_gpu_in_one_line():
     script = Path(__file__).parents[3] / "tools" / "gpu" / "first_rl_step.py"
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "needs a CUDA GPU" in done.stderr
+
+
+def test_import_seconds_are_itemised_by_package_from_a_real_importtime_run():
+    from slime_flashqla.bench.first_step import OTHER, imports_by_package
+
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import json, email.mime.text, slime_flashqla.gdn.api"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = done.stderr.splitlines()
+    seconds = imports_by_package(lines)
+    assert "torch" in seconds and OTHER in seconds  # json and email are a few ms: summed
+    shown = [value for name, value in seconds.items() if name != OTHER]
+    assert shown == sorted(shown, reverse=True) and min(shown) >= 0.01
+    # each module's own time once: the packages add up to the sum of every module's self time
+    total = sum(int(line.split("|")[0].split(":")[1]) for line in lines[1:] if line.startswith("import time:"))
+    assert sum(seconds.values()) == pytest.approx(total / 1e6, abs=1e-3 * len(seconds))

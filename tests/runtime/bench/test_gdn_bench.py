@@ -458,7 +458,7 @@ def test_dry_run_prints_the_plan_and_autos_choice(capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="describes a machine where the default variants cannot run")
 def test_dry_run_prints_the_plan_where_a_default_variant_cannot_run(capsys, monkeypatch):
-    """Item 9: `bench gdn --dry-run` printed no plan, only the refusal, where the default variants cannot run."""
+    """`--dry-run` prints the plan, and then refuses the variants this machine cannot run (issue 35 item 9)."""
     monkeypatch.setattr(gdn, "run_plan", lambda *a: pytest.fail("a dry run ran"))
     assert bench("--dry-run") == 2
     captured = capsys.readouterr()
@@ -468,13 +468,7 @@ def test_dry_run_prints_the_plan_where_a_default_variant_cannot_run(capsys, monk
     assert len(err) == 1 and "these variants cannot run on this machine" in err[0] and "--skip-unavailable" in err[0]
 
 
-def test_module_runs_standalone_and_imports_no_kernel_library():
-    code = (
-        "import sys, slime_flashqla.bench.gdn; "
-        "print(sorted(m for m in ('torch', 'fla', 'flash_qla', 'tilelang', 'triton') if m in sys.modules))"
-    )
-    imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert imported.stdout.strip() == "[]"
+def test_module_runs_standalone():
     helped = subprocess.run(
         [sys.executable, "-m", "slime_flashqla.bench.gdn", "--help"], capture_output=True, text=True, timeout=120
     )
@@ -537,7 +531,7 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_run(tmp_pat
 
 
 def test_progress_is_plain_lines_where_stdout_is_not_a_terminal(capsys, monkeypatch):
-    """Item 10: piped into a log, rich's bar drew nothing for minutes; bench stream switches to plain lines there."""
+    """Where stdout is not a terminal, progress is plain lines, as bench stream prints them (issue 35 item 10)."""
     monkeypatch.setenv("COLUMNS", "120")  # a width, still no terminal (`| tee log` in a terminal)
     argv = (*TINY, "--iters", "2", "--warmup", "0", "--variants", "torch", "--levels", "kernel", "--modes", "fwd")
     assert gdn.main(parse(*argv)) == 0
@@ -545,7 +539,7 @@ def test_progress_is_plain_lines_where_stdout_is_not_a_terminal(capsys, monkeypa
 
 
 def test_inputs_that_do_not_fit_are_error_rows_not_an_internal_error(tmp_path):
-    """Item 19: out of memory while building a group's inputs ended the run as `unexpected RuntimeError`.
+    """Inputs that fail to allocate are error rows, and the run goes on (issue 35 item 19).
 
     The process may map 6 GiB; the inputs (about 8 GiB) fit in the memory the machine has, so they pass
     the check up front and fail to allocate, as they would where another process took the memory meanwhile.

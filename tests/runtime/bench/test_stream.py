@@ -311,7 +311,7 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_worker(tmp_
 
 
 def test_a_bad_preload_setting_is_refused_before_any_worker_starts(capsys, monkeypatch):
-    """Issue 34 ND24: the worker started first and the run ended rc 1 with the error in a row."""
+    """A bad SLIME_FLASHQLA_PRELOAD is refused in one line, exit 2, before any worker starts (issue 34 ND24)."""
     monkeypatch.setattr(stream, "run_worker", lambda *a: pytest.fail("a worker started"))
     monkeypatch.setenv("SLIME_FLASHQLA_PRELOAD", "maybe")
     assert bench(*TINY) == 2
@@ -349,7 +349,7 @@ def _alive(pids) -> list[int]:
 
 
 def test_a_failed_variant_keeps_its_log_beside_the_json_and_says_its_last_line(tmp_path, capsys):
-    """Issue 34 ND25, issue 35 item 8: the message pointed at a log in the temp workdir, deleted at exit."""
+    """A failed variant's log is kept beside the JSON, its last lines in the row (issue 34 ND25, issue 35 item 8)."""
     path = tmp_path / "stream.json"
     assert stream.main(parse(*TINY, "--timeout", "1", "--json", str(path))) == 1
     (item,) = json.loads(path.read_text())["summary"]
@@ -371,7 +371,7 @@ def test_without_json_a_failed_variant_s_log_is_kept_in_a_named_folder(tmp_path,
 
 
 def test_a_worker_killed_by_sigkill_is_said_to_be_killed_perhaps_for_memory(tmp_path):
-    """Issue 35 item 8: a worker the OOM killer ended showed only 'exited with -9'."""
+    """A worker ended by SIGKILL is said to be killed, perhaps for memory (issue 35 item 8)."""
     import os
     import signal
 
@@ -387,7 +387,7 @@ def test_a_worker_killed_by_sigkill_is_said_to_be_killed_perhaps_for_memory(tmp_
 
 
 def test_ctrl_c_keeps_the_steps_run_and_the_summary_marked_incomplete(tmp_path):
-    """Issue 35 item 11: Ctrl-C on bench stream threw away the steps already run."""
+    """Ctrl-C keeps the steps already run, with the summary marked incomplete (issue 35 item 11)."""
     import os
     import signal
 
@@ -415,7 +415,7 @@ def test_ctrl_c_keeps_the_steps_run_and_the_summary_marked_incomplete(tmp_path):
 
 
 def test_sigterm_stops_the_run_and_writes_nothing(tmp_path):
-    """NS1: SIGTERM (docker stop) ends the run, its worker and its temp folder; no JSON is written."""
+    """SIGTERM (docker stop) ends the run, its worker and its temp folder; no JSON is written (probe case NS1)."""
     import signal
 
     path = tmp_path / "st.json"
@@ -435,7 +435,7 @@ def test_sigterm_stops_the_run_and_writes_nothing(tmp_path):
 
 
 def test_rl_mode_runs_two_no_grad_forwards_then_training_and_splits_the_first_step(tmp_path, capsys):
-    """Issue 31: slime's actor runs two forward-only passes (log-probs) before each training step."""
+    """rl mode runs two no-grad forwards (the log-prob passes of slime's actor) before each training step (issue 31)."""
     path = tmp_path / "rl.json"
     assert stream.main(parse(*TINY, "--mode", "rl", "--json", str(path))) == 0
     report = json.loads(path.read_text())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -11,15 +12,16 @@ import pytest
 import torch
 
 from slime_flashqla.cli.doctor import report_rows
-from slime_flashqla.diagnostics.report import known_problems, report_notes
 
 NO_GPU = not torch.cuda.is_available()
 
 
-def cli(*args, check=False):
+def cli(*args, check=False, env=None, **variables):
+    """`slime-flashqla ARGS` in a subprocess, with `env` (default: this one's) and `variables` set on top."""
     return subprocess.run(
-        [sys.executable, "-m", "slime_flashqla", *args], capture_output=True, text=True, timeout=300, check=check
-    )
+        [sys.executable, "-m", "slime_flashqla", *args],
+        capture_output=True, text=True, timeout=300, check=check, env={**(env or os.environ), **variables},
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -61,31 +63,22 @@ def test_json_report_on_a_machine_without_gpu(report):
 
 @pytest.mark.skipif(not NO_GPU, reason="describes a machine without a GPU")
 def test_require_flashqla_fails_without_gpu():
-    """Item 14: the verdict was on stdout, so `doctor --require flashqla > /dev/null` said nothing in a job log."""
+    """An unmet `--require` is said on stderr, so `doctor --require x > /dev/null` still says it (issue 35 item 14)."""
     result = cli("doctor", "--require", "flashqla")
     assert result.returncode == 1
     assert "REQUIREMENT NOT MET: FlashQLA is not usable for training" in result.stderr
     assert "REQUIREMENT NOT MET" not in result.stdout
 
 
-def _doctor(*args, **env):
-    import os
-
-    return subprocess.run(
-        [sys.executable, "-m", "slime_flashqla", "doctor", *args],
-        capture_output=True, text=True, timeout=300, env={**os.environ, **env},
-    )  # fmt: skip
-
-
 INVALID = {"SLIME_FLASHQLA_SLIME": "off", "SLIME_FLASHQLA_COMM_CHECK": "never"}
 
 
 def test_settings_the_integration_refuses_are_warnings():
-    """Item 13: invalid values showed as `invalid: ...` rows with no WARNING, `warnings: []`, exit 0."""
-    report = json.loads(_doctor("--json", **INVALID).stdout)
+    """A setting the integration would refuse is a WARNING, in the table and in the JSON (issue 35 item 13)."""
+    report = json.loads(cli("doctor", "--json", **INVALID).stdout)
     warned = " ".join(report["warnings"])
     assert "$SLIME_FLASHQLA_SLIME is 'off'" in warned and "$SLIME_FLASHQLA_COMM_CHECK is 'never'" in warned
-    table = _doctor(**INVALID, COLUMNS="400")
+    table = cli("doctor", **INVALID, COLUMNS="400")
     assert table.returncode == 0
     warnings = [line for line in table.stdout.splitlines() if "WARNING" in line]
     assert any("SLIME_FLASHQLA_SLIME" in line for line in warnings), table.stdout
@@ -93,23 +86,23 @@ def test_settings_the_integration_refuses_are_warnings():
 
 
 def test_require_is_not_met_while_a_setting_is_refused():
-    """Item 13: `--require` passed although every slime actor would refuse the settings."""
-    result = _doctor("--json", "--require", "fla", "--require", "flashqla", **INVALID)
+    """`--require` is unmet while a setting the integration refuses is set (issue 35 item 13)."""
+    result = cli("doctor", "--json", "--require", "fla", "--require", "flashqla", **INVALID)
     assert result.returncode == 1
     unmet = " ".join(json.loads(result.stdout)["unmet_requirements"])
     assert "$SLIME_FLASHQLA_SLIME is 'off'" in unmet and "$SLIME_FLASHQLA_COMM_CHECK is 'never'" in unmet
-    assert "$SLIME_FLASHQLA_SLIME is 'off'" in _doctor("--require", "fla", **INVALID).stderr
+    assert "$SLIME_FLASHQLA_SLIME is 'off'" in cli("doctor", "--require", "fla", **INVALID).stderr
 
 
 @pytest.mark.slime
 def test_switched_off_the_integration_replaces_nothing(slime_source):
-    """Item 13: with SLIME_FLASHQLA_SLIME=0 doctor listed the four replacements install() then does not make."""
-    off = _doctor(SLIME_SOURCE=str(slime_source), SLIME_FLASHQLA_SLIME="0", COLUMNS="400").stdout
+    """With SLIME_FLASHQLA_SLIME=0 doctor lists no replacement, as install() then makes none (issue 35 item 13)."""
+    off = cli("doctor", SLIME_SOURCE=str(slime_source), SLIME_FLASHQLA_SLIME="0", COLUMNS="400").stdout
     assert "none (switched off)" in off
     assert "Qwen3NextGatedDeltaNet ->" not in off
-    on = _doctor(SLIME_SOURCE=str(slime_source), SLIME_FLASHQLA_SLIME="1", COLUMNS="400").stdout
+    on = cli("doctor", SLIME_SOURCE=str(slime_source), SLIME_FLASHQLA_SLIME="1", COLUMNS="400").stdout
     assert "none (switched off)" not in on and "Qwen3NextGatedDeltaNet ->" in on
-    report = json.loads(_doctor("--json", SLIME_SOURCE=str(slime_source), SLIME_FLASHQLA_SLIME="0").stdout)
+    report = json.loads(cli("doctor", "--json", SLIME_SOURCE=str(slime_source), SLIME_FLASHQLA_SLIME="0").stdout)
     assert report["slime"]["would_replace"] == {}
 
 
@@ -120,19 +113,12 @@ def test_table_output_names_the_auto_choice():
 
 
 def test_tilelang_cache_dir_follows_the_environment(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "slime_flashqla", "doctor", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-        env={**__import__("os").environ, "TILELANG_CACHE_DIR": str(tmp_path)},
-    )
+    result = cli("doctor", "--json", check=True, TILELANG_CACHE_DIR=str(tmp_path))
     assert json.loads(result.stdout)["tilelang_cache_dir"] == str(tmp_path)
 
 
 def test_check_json_is_the_doctor_report_and_the_check():
-    """Item 28: `check` was the one report without --json."""
+    """`check --json` is the doctor report and the check's result (issue 35 item 28)."""
     result = cli("check", "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
@@ -168,44 +154,6 @@ def test_the_cpu_report_says_what_is_missing_instead_of_n_a(report):
     )
 
 
-def _report(**overrides):
-    base = {
-        "gpus": [{"index": 0, "name": "NVIDIA H200", "capability": "9.0"}],
-        "packages": {"fla": "0.6.0", "flash_qla": None, "tilelang": None, "triton": "3.4.0"},
-        "driver_cuda": "12.8",
-        "torch_cuda": "12.8",
-        "fla_forwards_to_flashqla": False,
-    }
-    return {**base, **overrides}
-
-
-def test_warns_about_fla_backward_on_hopper_with_triton_34_and_no_tilelang():
-    warnings = known_problems(_report())
-    assert any("#640" in w and "Triton 3.4.0" in w for w in warnings)
-
-
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        {"packages": {"fla": "0.6.0", "flash_qla": None, "tilelang": "0.1.15", "triton": "3.4.0"}},
-        {"packages": {"fla": "0.6.0", "flash_qla": None, "tilelang": None, "triton": "3.7.1"}},
-        {"packages": {"fla": "0.6.0", "flash_qla": None, "tilelang": None, "triton": "3.3.1"}},
-        {"gpus": [{"index": 0, "name": "NVIDIA A100", "capability": "8.0"}]},
-    ],
-)
-def test_no_triton_warning_where_fla_is_fine(overrides):
-    assert not any("#640" in w for w in known_problems(_report(**overrides)))
-
-
-def test_warns_about_an_old_driver_and_notes_fla_forwarding():
-    report = _report(driver_cuda="12.4", fla_forwards_to_flashqla=True)
-    warnings = known_problems(report)
-    assert any("upgrade the driver" in w for w in warnings)
-    # The README's own install (FLA 0.6 with flash-qla) turns the forwarding on: a fact, nothing to fix.
-    assert not any("forwards to FlashQLA" in w for w in warnings)
-    assert any("forwards to FlashQLA" in n for n in report_notes(report))
-
-
 def test_a_note_is_a_note_row_and_a_warning_a_warning_row(report):
     rows = report_rows({**report, "warnings": ["fix this"], "notes": ["know this"]})
     assert ("WARNING", "fix this") in rows and ("NOTE", "know this") in rows
@@ -219,52 +167,32 @@ def test_a_note_is_a_note_row_and_a_warning_a_warning_row(report):
     ],
 )
 def test_doctor_reports_what_the_installed_flashqla_release_runs(tmp_path, release, line):
-    import os
-
     from helpers.flashqla_stand_in import install_stand_in_flashqla
 
     if importlib.util.find_spec("flash_qla") is not None:
         pytest.skip("flash-qla is installed here: the stand-in would be shadowed")
     install_stand_in_flashqla(tmp_path, release)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    report = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "slime_flashqla", "doctor", "--json"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=True,
-            env=env,
-        ).stdout
-    )
+    report = json.loads(cli("doctor", "--json", check=True, env=env).stdout)
     assert report["flashqla"]["support"] == line
-    wide = {**env, "COLUMNS": "250"}  # the table on one line per row
-    table = subprocess.run(
-        [sys.executable, "-m", "slime_flashqla", "doctor"], capture_output=True, text=True, timeout=300, env=wide
-    ).stdout
+    table = cli("doctor", env=env, COLUMNS="250").stdout  # the table on one line per row
     assert any("FlashQLA support" in row and line in row for row in table.splitlines()), table
 
 
 def test_doctor_says_how_slime_s_gdn_layers_split_and_warns_on_a_bad_switch():
-    """Issue 30: doctor and the integration's log line say how GDN is split; a value install() refuses is a WARNING."""
-    on = json.loads(_doctor("--json").stdout)["slime"]["gdn_split"]
+    """doctor says how slime's GDN layers are split; a value install() refuses is a WARNING (issue 30)."""
+    on = json.loads(cli("doctor", "--json").stdout)["slime"]["gdn_split"]
     assert on.startswith("on ($SLIME_FLASHQLA_GDN_SPLIT unset or 1): heads over TP x CP")
-    off = json.loads(_doctor("--json", SLIME_FLASHQLA_GDN_SPLIT="0").stdout)["slime"]["gdn_split"]
+    off = json.loads(cli("doctor", "--json", SLIME_FLASHQLA_GDN_SPLIT="0").stdout)["slime"]["gdn_split"]
     assert off.startswith("off ($SLIME_FLASHQLA_GDN_SPLIT=0): slime's own wrapper")
-    bad = _doctor("--json", SLIME_FLASHQLA_GDN_SPLIT="maybe")
+    bad = cli("doctor", "--json", SLIME_FLASHQLA_GDN_SPLIT="maybe")
     report = json.loads(bad.stdout)
     assert report["slime"]["gdn_split"].startswith("invalid: $SLIME_FLASHQLA_GDN_SPLIT is 'maybe'")
     assert any("$SLIME_FLASHQLA_GDN_SPLIT is 'maybe'" in w for w in report["warnings"])
 
 
 def test_doctor_shows_the_kernel_preload_setting_and_a_bad_one():
-    """Issue 34 ND24: doctor did not show SLIME_FLASHQLA_PRELOAD at all."""
-    import os
-
-    done = subprocess.run(
-        [sys.executable, "-m", "slime_flashqla", "doctor", "--json"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "SLIME_FLASHQLA_PRELOAD": "maybe"},
-    )  # fmt: skip
-    report = json.loads(done.stdout)
+    """doctor shows SLIME_FLASHQLA_PRELOAD, and a bad value as INVALID (issue 34 ND24)."""
+    report = json.loads(cli("doctor", "--json", SLIME_FLASHQLA_PRELOAD="maybe").stdout)
     assert report["kernel_preload"].startswith("INVALID: SLIME_FLASHQLA_PRELOAD='maybe'")
     assert ("kernel preload", report["kernel_preload"]) in report_rows(report)

@@ -78,7 +78,7 @@ def _exit_status(argv: list[str]) -> int:
     ],
 )
 def test_a_missing_subcommand_is_the_same_usage_error_everywhere(argv, words, capsys):
-    """Item 15: `slime-flashqla` and `cache` printed the whole help on stdout, `bench` a usage error on stderr."""
+    """A missing subcommand is a usage error on stderr, exit 2, at every level (issue 35 item 15)."""
     assert _exit_status(argv) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -101,7 +101,7 @@ def _option_helps(parsers=None):
 
 @pytest.mark.parametrize("tilelang_set", [False, True])
 def test_a_default_from_the_environment_shows_the_path_it_is_here(tilelang_set, tmp_path, monkeypatch):
-    """Item 16: `(default: $TILELANG_CACHE_DIR)` with the variable unset did not say that ~/.tilelang/cache is used."""
+    """A default an environment variable sets shows the path it is on this machine, set or unset (issue 35 item 16)."""
     for variable in ("TILELANG_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -118,7 +118,7 @@ def test_a_default_from_the_environment_shows_the_path_it_is_here(tilelang_set, 
 
 
 def test_every_model_option_lists_the_names_it_takes():
-    """Item 16: `warmup --model` and `bench stream --model` named no model; one found them by a wrong guess."""
+    """Every --model option's help lists the model names it takes (issue 35 item 16)."""
     from slime_flashqla.workload.models import MODEL_HEADS
 
     models = [(name, action.help) for name, action in _option_helps() if "--model" in action.option_strings]

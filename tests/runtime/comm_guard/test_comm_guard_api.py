@@ -91,7 +91,7 @@ def test_bad_policy_names_the_valid_ones(monkeypatch, env, arg):
 
 @pytest.mark.parametrize("threshold", [-1, float("nan"), float("inf"), "3", True, 1e308, 2**20 + 1])
 def test_bad_threshold_is_refused_before_anything_is_patched(threshold):
-    """Issue 25 D19: 1e308 raised OverflowError after patching, leaving a guard that guarded nothing."""
+    """A threshold is checked before anything is patched: a refused one leaves torch as it was (issue 25 D19)."""
     before = _snapshot()
     with pytest.raises(ValueError, match=r"threshold_gb must be a number from 0 to 1048576 \(GiB\)"):
         comm_guard.install(threshold_gb=threshold)
@@ -106,7 +106,7 @@ def test_threshold_bounds_are_accepted():
 
 
 def test_guarded_collectives_pickle_to_the_torch_distributed_name():
-    """Issue 25 D20: a guarded dist.all_reduce could not be pickled (ship it to a spawned pool, for example)."""
+    """A guarded collective pickles as torch's own name, so it can be shipped to a spawned pool (issue 25 D20)."""
     comm_guard.install()
     payloads = [pickle.dumps(dist.all_reduce), pickle.dumps(functools.partial(dist.broadcast, src=0))]
     assert pickle.loads(payloads[0]) is dist.all_reduce

@@ -19,12 +19,11 @@ from pathlib import Path
 import slime_flashqla
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
 from slime_flashqla.gdn.api import GDNKernel
-from slime_flashqla.gdn.backends import AUTO, DEFAULT_BACKEND, KERNEL_BACKENDS, REFERENCE, GDNBackend
+from slime_flashqla.gdn.backends import DEFAULT_BACKEND, KERNEL_BACKENDS, REFERENCE, GDNBackend
 from slime_flashqla.gdn.backends.auto import candidates, in_auto_order
 from slime_flashqla.gdn.backends.contract import KernelContract
 from slime_flashqla.gdn.backends.reporting import ReportHooks
 from slime_flashqla.gdn.backends.tooling import ToolHooks
-from slime_flashqla.gdn.names import BACKENDS
 
 PACKAGE = Path(slime_flashqla.__file__).parent
 TESTS = Path(__file__).parents[2]
@@ -99,7 +98,7 @@ PROBE = textwrap.dedent(
 
 def test_every_backend_is_a_gdn_backend_under_its_own_name():
     assert all(isinstance(b, GDNBackend) and b.name == name and b.label for name, b in KERNEL_BACKENDS.items())
-    assert (*KERNEL_BACKENDS, AUTO) == BACKENDS and DEFAULT_BACKEND in KERNEL_BACKENDS
+    assert DEFAULT_BACKEND in KERNEL_BACKENDS
     assert REFERENCE in KERNEL_BACKENDS and KERNEL_BACKENDS[REFERENCE].auto_priority is None
 
 

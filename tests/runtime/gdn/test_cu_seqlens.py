@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from slime_flashqla.gdn import GDNInputError
-from slime_flashqla.gdn.cu_seqlens import CuSeqlensVerdicts, check_cu_seqlens, checked_cu_seqlens, verdicts
+from slime_flashqla.gdn.cu_seqlens import CuSeqlensVerdicts, checked_cu_seqlens, verdicts
 
 TOKENS = 30
 
@@ -116,17 +116,17 @@ def test_the_copy_lives_as_long_as_the_callers_tensor(reusing):
 def test_on_cpu_every_call_reads_the_values():
     verdicts.clear()
     seqlens = cu(0, 10, 30)
-    assert check_cu_seqlens(seqlens, TOKENS) == 2
+    assert checked_cu_seqlens(seqlens, TOKENS).tolist() == [0, 10, 30]
     seqlens.data[1] = 40
     with pytest.raises(GDNInputError, match="non-decreasing"):
-        check_cu_seqlens(seqlens, TOKENS)
+        checked_cu_seqlens(seqlens, TOKENS)
     seqlens.data[1], seqlens.data[2] = 20, 25
     assert checked_cu_seqlens(seqlens, 25).tolist() == [0, 20, 25]
 
 
 @pytest.mark.parametrize("reuse_on_cpu", [True, False], ids=["reusing", "reading"])
 def test_an_in_place_edit_of_the_checked_copy_is_read_again(reuse_on_cpu):
-    """Issue 25 D6: the copy handed to the kernels was trusted as it was, whatever was written into it."""
+    """A checked copy that was written into is read and checked again, never trusted as it is (issue 25 D6)."""
     cache = CuSeqlensVerdicts(reuse_on_cpu=reuse_on_cpu)
     checked = cache.checked(cu(0, 10, 30), TOKENS)
     checked.copy_(cu(0, 40, 30))
@@ -140,7 +140,7 @@ def test_an_in_place_edit_of_the_checked_copy_is_read_again(reuse_on_cpu):
 
 
 def test_an_edit_of_a_cpu_copy_that_bumps_no_version_is_read_again():
-    """The issue-25 audit's gap: `.data` and numpy edits of the copy move no version counter."""
+    """A CPU copy passed back is read again: edits by `.data` or numpy bump no version, yet are caught (issue 25)."""
     verdicts.clear()
     copy = checked_cu_seqlens(cu(0, 3, 10), 10)
     copy.data[1], copy.data[2] = 7, 3
@@ -165,7 +165,7 @@ def test_the_probe_s_edit_of_the_runtime_s_copy_is_refused():
 
 
 def test_meta_cu_seqlens_is_refused_by_the_layer_too():
-    """Issue 25 D21: the layer checks cu_seqlens before the device check, so it met torch's own error first."""
+    """The layer refuses meta cu_seqlens with the check's message, before torch's own error (issue 25 D21)."""
     from slime_flashqla.layers import Qwen3NextGatedDeltaNet
     from slime_flashqla.workload.models import gdn_layer_config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers.gdn_inputs import make_inputs
+from helpers.gdn_inputs import call_gdn, make_inputs
 from slime_flashqla.gdn import check_inputs, get_chunk_gated_delta_rule
 from slime_flashqla.gdn.api import _launch
 from slime_flashqla.gdn.backends import KERNEL_BACKENDS
@@ -34,16 +34,7 @@ def expected_sizes(case):
 
 
 def call(fn, inputs, output_final_state=True):
-    return fn(
-        inputs["q"],
-        inputs["k"],
-        inputs["v"],
-        g=inputs["g"],
-        beta=inputs["beta"],
-        initial_state=inputs["initial_state"],
-        output_final_state=output_final_state,
-        cu_seqlens=inputs["cu_seqlens"],
-    )
+    return call_gdn(fn, inputs, output_final_state=output_final_state)
 
 
 CASES = ["T=0", "B=0", "packed"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers.gdn_inputs import make_inputs
+from helpers.gdn_inputs import call_gdn, make_inputs
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
 from slime_flashqla.host.packages import is_installed
 
@@ -39,17 +39,8 @@ SAME, DIFFERENT = 1e-3, 1e-2
 
 
 def call(backend, inputs, cu_seqlens):
-    return get_chunk_gated_delta_rule(backend)(
-        inputs["q"],
-        inputs["k"],
-        inputs["v"],
-        g=inputs["g"],
-        beta=inputs["beta"],
-        initial_state=inputs["initial_state"],
-        output_final_state=True,
-        use_qk_l2norm_in_kernel=True,
-        cu_seqlens=cu_seqlens,
-    )
+    fn = get_chunk_gated_delta_rule(backend)
+    return call_gdn(fn, inputs, output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens)
 
 
 @pytest.mark.parametrize("backend", KERNELS)

@@ -33,7 +33,6 @@ SCRIPT = textwrap.dedent(
     import json, torch
     from helpers.gdn_inputs import make_inputs
     from slime_flashqla.gdn import get_chunk_gated_delta_rule
-    from slime_flashqla.gdn.qk_l2norm import qk_l2norm_impl
 
     inputs = make_inputs(lengths=(300, 724), key_heads=16, value_heads=32, key_dim=128, value_dim=128,
                          dtype=torch.bfloat16, beta_dtype=torch.bfloat16, device="cuda")
@@ -71,7 +70,7 @@ SCRIPT = textwrap.dedent(
     import flash_qla
     theirs = step(flash_qla.chunk_gated_delta_rule)
     rel = [((a.double() - b.double()).norm() / b.double().norm()).item() for a, b in zip(ours, theirs)]
-    print(json.dumps({"impl": qk_l2norm_impl(), "nodes": nodes, "same": same,
+    print(json.dumps({"nodes": nodes, "same": same,
                       "frames_after_ours": after_ours,
                       "frames_after_flashqla_own": frames(), "rel": rel}))
     """
@@ -86,7 +85,6 @@ def test_flashqla_backend_starts_no_torch_compile_and_matches_flashqlas_own_l2no
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     print(result)
-    assert result["impl"] == "slime-flashqla-triton"
     # q and k share one autograd node (none under no_grad); against FLA's public l2norm the
     # outputs and gradients differ by rounding only, and the no-grad path gives the same values.
     assert result["nodes"] == [True, True]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.gdn_inputs import make_inputs
+from helpers.gdn_inputs import call_gdn, make_inputs
 from helpers.raised_where import frame_files, raised_before_package, raised_by_check
 from slime_flashqla.gdn import GDNInputError, check_inputs, get_chunk_gated_delta_rule
 from slime_flashqla.gdn.api import GDNKernel
@@ -18,17 +18,7 @@ from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 def call(inputs, backend="torch", **overrides):
     args = {**inputs, **overrides}
     fn = get_chunk_gated_delta_rule(backend) if backend != "flashqla" else GDNKernel(KERNEL_BACKENDS["flashqla"])
-    return fn(
-        args["q"],
-        args["k"],
-        args["v"],
-        g=args["g"],
-        beta=args["beta"],
-        scale=args.get("scale"),
-        initial_state=args["initial_state"],
-        output_final_state=True,
-        cu_seqlens=args["cu_seqlens"],
-    )
+    return call_gdn(fn, args, scale=args.get("scale"), output_final_state=True)
 
 
 @pytest.fixture
@@ -238,7 +228,7 @@ def test_backend_limits_are_input_errors_too():
 @pytest.mark.parametrize("backend", ["torch", "auto"])
 @pytest.mark.parametrize("scale", [np.float32(0.5), np.float16(0.5), np.float64(0.5), np.int64(1), 0.5, 2])
 def test_every_real_number_type_is_a_scale(inputs, backend, scale):
-    """Issue 25 D23: np.float32(0.5) was refused while np.float64(0.5), a float subclass, passed."""
+    """Every real number type is a scale (numpy's float32 as well as float64, a float subclass) (issue 25 D23)."""
     o, _ = call(inputs, backend, scale=scale)
     expected, _ = call(inputs, backend, scale=float(scale))
     torch.testing.assert_close(o, expected, rtol=0, atol=0)
@@ -251,7 +241,7 @@ def test_a_boolean_numpy_scale_is_refused(inputs, backend):
 
 
 def test_meta_cu_seqlens_is_refused_in_the_check():
-    """Issue 25 D21: meta cu_seqlens raised torch's own NotImplementedError from .tolist()."""
+    """cu_seqlens on the meta device is refused by the check, not by torch's .tolist() (issue 25 D21)."""
     meta = {key: (t.to("meta") if t is not None else None) for key, t in make_inputs(lengths=(10, 20)).items()}
     with refused("cu_seqlens on the meta device cannot be checked"):
         call(meta, "torch")

@@ -8,19 +8,18 @@ runs), never an error from inside a kernel.
 
 from __future__ import annotations
 
-import itertools
 from contextlib import nullcontext
 from dataclasses import dataclass
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 # A dev tool (env/dev-tools.txt): the `tests` session has it, the images' test tools do not.
 pytest.importorskip("hypothesis", reason="hypothesis is not installed (env/dev-tools.txt)")
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from helpers.gdn_inputs import call_gdn, make_inputs
 from helpers.gdn_recurrence import recurrent_gated_delta_rule
 from helpers.raised_where import frame_files, raised_before_package, raised_by_check
 from slime_flashqla.gdn import GDNInputError, get_chunk_gated_delta_rule
@@ -88,47 +87,39 @@ def cases(draw) -> Case:
 
 
 def build(case: Case) -> dict:
-    """Random inputs for the case, made in its `made` context."""
-    generator = torch.Generator().manual_seed(case.seed)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=generator, dtype=torch.float64)
-
-    b, t, hk, hv, dk, dv = case.batch, case.tokens, case.key_heads, case.value_heads, case.key_dim, case.value_dim
-    k = randn(b, t, hk, dk)
-    if not case.l2norm:
-        # Unit keys keep the delta rule's update (I - beta k k^T) contracting, as l2norm does.
-        k = k / k.norm(dim=-1, keepdim=True).clamp_min(1e-3)
-    states = len(case.lengths) if case.lengths is not None else b
+    """Random inputs for the case (helpers.gdn_inputs), made in its `made` context."""
+    packed = case.lengths is not None
     with CONTEXTS[case.made]():
-        inputs = {
-            "q": randn(b, t, hk, dk).to(case.dtype),
-            "k": k.to(case.dtype),
-            "v": randn(b, t, hv, dv).to(case.dtype),
-            "g": F.logsigmoid(randn(b, t, hv) + 2.0).to(case.gate_dtype),
-            "beta": torch.rand(b, t, hv, generator=generator, dtype=torch.float64).to(case.gate_dtype),
-            "initial_state": (randn(states, hv, dk, dv) * 0.1).float() if case.initial_state else None,
-            "cu_seqlens": None,
-        }
-        if case.lengths is not None:
-            inputs["cu_seqlens"] = torch.tensor([0, *itertools.accumulate(case.lengths)], dtype=torch.int32)
+        inputs = make_inputs(
+            batch=case.batch,
+            lengths=case.lengths if packed else (case.tokens,),
+            varlen=packed,
+            key_heads=case.key_heads,
+            value_heads=case.value_heads,
+            key_dim=case.key_dim,
+            value_dim=case.value_dim,
+            dtype=case.dtype,
+            beta_dtype=case.gate_dtype,
+            initial_state=case.initial_state,
+            seed=case.seed,
+        )
+        inputs["g"] = inputs["g"].to(case.gate_dtype)
+        if not case.l2norm:
+            # Unit keys keep the delta rule's update (I - beta k k^T) contracting, as l2norm does.
+            k = inputs["k"].double()
+            inputs["k"] = (k / k.norm(dim=-1, keepdim=True).clamp_min(1e-3)).to(case.dtype)
     return inputs
 
 
 def run(case: Case, inputs: dict, **extra):
     fn = get_chunk_gated_delta_rule(case.backend)
     with CONTEXTS[case.called]():
-        return fn(
-            inputs["q"],
-            inputs["k"],
-            inputs["v"],
-            g=inputs["g"],
-            beta=inputs["beta"],
+        return call_gdn(
+            fn,
+            inputs,
             scale=inputs.get("scale", case.scale),
-            initial_state=inputs["initial_state"],
             output_final_state=True,
             use_qk_l2norm_in_kernel=case.l2norm,
-            cu_seqlens=inputs["cu_seqlens"],
             **extra,
         )
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from helpers.triton_interpreter import KERNELS_UNAVAILABLE
-from slime_flashqla.gdn.qk_l2norm import TRITON, l2norm_qk, qk_l2norm_impl
+from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+from slime_flashqla.gdn.qk_l2norm import l2norm_qk
 
 needs_triton = pytest.mark.skipif(KERNELS_UNAVAILABLE is not None, reason=KERNELS_UNAVAILABLE or "")
 
@@ -19,7 +20,6 @@ def test_without_the_flag_nothing_is_normalised():
     q, k = torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8)
     kwargs = {"use_qk_l2norm_in_kernel": False, "cu_seqlens": None}
     assert l2norm_qk(q, k, kwargs) == (q, k, kwargs)
-    assert qk_l2norm_impl() == TRITON
 
 
 def _reference(x):
@@ -51,3 +51,17 @@ def test_under_no_grad_no_autograd_node_is_built():
         out_q, out_k, _ = l2norm_qk(q, q.clone(), {"use_qk_l2norm_in_kernel": True})
     assert out_q.grad_fn is None and out_k.grad_fn is None
     torch.testing.assert_close(out_q.double(), _reference(q.detach()), rtol=1e-5, atol=1e-6)
+
+
+@needs_triton
+@pytest.mark.parametrize("backend", ["fla", "flashqla"])
+def test_fla_and_flashqla_get_q_and_k_normalised_here_with_their_own_l2norm_off(backend):
+    """Their kernels' own l2norms (autotuned, torch.compile'd) never run: the backend hands them normalised q/k."""
+    q = torch.randn(1, 9, 2, 16, requires_grad=True)
+    k = torch.randn(1, 9, 2, 16, requires_grad=True)
+    v, g, beta = torch.randn(1, 9, 2, 16), torch.randn(1, 9, 2).sigmoid().log(), torch.rand(1, 9, 2)
+    out_q, out_k, *_, kwargs = KERNEL_BACKENDS[backend].prepare(q, k, v, g, beta, {"use_qk_l2norm_in_kernel": True})
+    assert kwargs == {"use_qk_l2norm_in_kernel": False}
+    assert out_q.grad_fn is out_k.grad_fn and type(out_q.grad_fn).__name__ == "QKL2NormBackward"
+    torch.testing.assert_close(out_q.double(), _reference(q), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out_k.double(), _reference(k), rtol=1e-5, atol=1e-6)

@@ -197,7 +197,7 @@ def test_launcher_refuses_a_bad_command_in_one_line(launch):
 
 
 def test_launcher_help_exits_0_and_names_its_switches(launch):
-    """Issue 35 item 15: `--help` printed the usage line and exited 2, not naming $SLIME_FLASHQLA_SLIME."""
+    """The launcher's `--help` exits 0 and names its two switches (issue 35 item 15)."""
     run, _ = launch
     for flag in ("--help", "-h"):
         done = run(flag)

@@ -66,7 +66,7 @@ def test_a_refused_install_touches_nothing_and_an_accepted_one_is_undone(outcome
     ],
 )
 @pytest.mark.parametrize("policy", ["None", "'whitelist'", "'first-use'"])
-def test_the_thresholds_the_two_installs_used_to_disagree_on(outcomes, threshold, said, policy):
+def test_both_installs_accept_and_refuse_the_same_thresholds(outcomes, threshold, said, policy):
     seen = outcomes[f"{{'policy': {policy}, 'threshold_gb': {threshold}}}"]
     assert seen["integration"]["said"] == said
     assert seen["comm_guard"]["said"] == said

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from slime_flashqla.workload.heads import HeadConfig, parse_head_config
-from slime_flashqla.workload.models import model_heads, split_for_tp
+from slime_flashqla.workload.heads import HeadConfig
 
 WARMUP_CPU = (sys.executable, "-m", "slime_flashqla", "warmup", "--device", "cpu", "--backends", "torch")
 
@@ -24,25 +23,6 @@ WARMUP_CPU = (sys.executable, "-m", "slime_flashqla", "warmup", "--device", "cpu
 def warmup(tmp_path, *args, check=True):
     cmd = [*WARMUP_CPU, "--cache-dir", str(tmp_path / "cache"), "--lengths", "40+30", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=check)
-
-
-def test_heads_parsing_and_tp_split():
-    assert parse_head_config("16/32") == HeadConfig(16, 32)
-    assert split_for_tp(model_heads("qwen3-next-80b-a3b"), 8) == HeadConfig(2, 4)
-    assert split_for_tp(model_heads("qwen3.5-397b-a17b"), 2) == HeadConfig(8, 32)
-    for bad in ("16", "16/30", "a/b", "0/4"):
-        with pytest.raises(ValueError, match=r"Hk/Hv|multiple"):
-            parse_head_config(bad)
-    with pytest.raises(ValueError, match="does not divide"):
-        split_for_tp(HeadConfig(16, 48), 32)
-    with pytest.raises(ValueError, match="unknown model"):
-        model_heads("qwen9")
-
-
-def test_model_heads_from_a_config_json(tmp_path):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({"text_config": {"linear_num_key_heads": 16, "linear_num_value_heads": 48}}))
-    assert model_heads(str(path)) == HeadConfig(16, 48)
 
 
 def refusal(result) -> str:
@@ -75,7 +55,7 @@ def test_bad_arguments_fail_before_any_work(tmp_path):
     ids=["jobs-0", "jobs-negative", "max-tokens", "lengths", "json-nodir", "json-dir", "json-proc", "tp-no-model"],
 )
 def test_bounds_and_the_output_path_are_checked_before_any_work(tmp_path, monkeypatch, args, says):
-    """Issue 25 D5, D12, D16: --json was written only after every compile, --jobs 0 was accepted."""
+    """Bounds and the --json path are checked before any work: nothing is locked first (issue 25 D5, D12, D16)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "adir").mkdir()
     assert says in refusal(warmup(tmp_path, "--heads", "2/4", *args, check=False))
@@ -83,7 +63,7 @@ def test_bounds_and_the_output_path_are_checked_before_any_work(tmp_path, monkey
 
 
 def test_jobs_never_exceed_the_configurations(tmp_path):
-    """Issue 25 D16: --jobs 30 with one configuration started 30 worker processes."""
+    """No more worker processes than parts to warm, whatever --jobs says (issue 25 D16)."""
     done = warmup(tmp_path, "--heads", "2/4", "--jobs", "30", "--json", str(tmp_path / "r.json"))
     assert done.stdout.startswith(f"warming 1 part(s) of 1 configuration(s) into {tmp_path / 'cache'} with 1 job(s)")
     assert [r["status"] for r in json.loads((tmp_path / "r.json").read_text())["results"]] == ["compiled"]
@@ -91,7 +71,7 @@ def test_jobs_never_exceed_the_configurations(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="describes a machine without a GPU")
 def test_without_a_gpu_warmup_refuses_up_front(tmp_path):
-    """Issue 25 D17, issue 24 item 3: every configuration failed with 'Torch not compiled with CUDA'."""
+    """Without a GPU warmup refuses in one line before any work (issue 25 D17, issue 24 item 3)."""
     done = subprocess.run(
         [sys.executable, "-m", "slime_flashqla", "warmup", "--heads", "1/1", "--backends", "torch",
          "--cache-dir", str(tmp_path / "cache")],
@@ -103,7 +83,7 @@ def test_without_a_gpu_warmup_refuses_up_front(tmp_path):
 
 
 def test_the_table_keeps_configuration_names_whole(tmp_path):
-    """Issue 24 item 3: the results table folded a configuration name mid-word."""
+    """The results table keeps each configuration name whole on a narrow terminal (issue 24 item 3)."""
     done = subprocess.run(
         [*WARMUP_CPU, "--cache-dir", str(tmp_path / "cache"), "--heads", "2/4,1/2", "--max-tokens", "128",
          "--lengths", "40+30"],
@@ -218,7 +198,7 @@ def test_lengths_take_the_shared_shape_grammar_and_warmups_own_bound():
 
 
 def test_a_bad_preload_setting_is_refused_before_any_work(tmp_path, monkeypatch):
-    """Issue 34 ND24: `warmup --backends torch` ran rc 0 without a word about SLIME_FLASHQLA_PRELOAD=maybe."""
+    """A bad SLIME_FLASHQLA_PRELOAD is refused before any work, whichever backends are warmed (issue 34 ND24)."""
     monkeypatch.setenv("SLIME_FLASHQLA_PRELOAD", "maybe")
     line = refusal(warmup(tmp_path, "--heads", "2/4", check=False))
     assert "SLIME_FLASHQLA_PRELOAD='maybe': use 1" in line
@@ -232,7 +212,7 @@ def warmup_args(*argv):
 
 
 def test_cp_sizes_split_a_model_s_heads_over_tp_times_cp():
-    """Issue 31: under context parallelism each rank's kernel runs Hk/(TP*CP) and Hv/(TP*CP) heads."""
+    """Under context parallelism each rank's kernel runs Hk/(TP*CP) and Hv/(TP*CP) heads (issue 31)."""
     from slime_flashqla.cli.warmup import build_tasks
 
     tasks = build_tasks(warmup_args("--model", "qwen3-next-80b-a3b", "--tp", "1,2,4,8", "--cp", "1,2",
@@ -293,7 +273,7 @@ def test_the_longest_parts_start_first_across_configurations():
 
 
 def test_by_default_parts_run_at_once_as_the_node_allows(tmp_path):
-    """Issue 31: --jobs defaulted to 1, so a 16-core node compiled one part at a time."""
+    """By default as many parts run at once as the node's CPUs and memory allow (issue 31)."""
     from slime_flashqla.kernel_cache.capacity import default_jobs, node_budget
 
     done = warmup(tmp_path, "--heads", "2/4,1/2,1/4", "--json", str(tmp_path / "r.json"))
@@ -360,7 +340,7 @@ def _wait_for_parts(proc, timeout=120.0) -> list[int]:
 
 
 def test_a_part_that_dies_is_reported_with_its_log_and_the_others_finish(tmp_path):
-    """Issue 31: a part's failure is reported and the rest finished (a worker killed for memory is said so)."""
+    """A part that dies is reported with its log, and the other parts finish (issue 31)."""
     import signal
 
     cmd = [*WARMUP_CPU, "--cache-dir", str(tmp_path / "cache"), "--lengths", "40+30", "--heads", "2/4,1/2",

@@ -1,4 +1,4 @@
-"""Which kernel packages `first_step` imports up front, and that it imports nothing else."""
+"""Which kernel packages are imported up front for a backend (kernels/imports.py), and that nothing else is."""
 
 from __future__ import annotations
 
@@ -50,22 +50,3 @@ def test_auto_imports_only_what_it_picks_here():
     assert kernel_imports("auto", resolve_auto=True) == kernel_imports(picked)
     if picked == "torch":  # no GPU: auto runs the reference, and a layer step imports no kernel package
         assert import_kernel_packages("auto") == {}
-
-
-def test_import_seconds_are_itemised_by_package_from_a_real_importtime_run():
-    from slime_flashqla.bench.first_step import OTHER, imports_by_package
-
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import json, email.mime.text, slime_flashqla.gdn.api"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    lines = done.stderr.splitlines()
-    seconds = imports_by_package(lines)
-    assert "torch" in seconds and OTHER in seconds  # json and email are a few ms: summed
-    shown = [value for name, value in seconds.items() if name != OTHER]
-    assert shown == sorted(shown, reverse=True) and min(shown) >= 0.01
-    # each module's own time once: the packages add up to the sum of every module's self time
-    total = sum(int(line.split("|")[0].split(":")[1]) for line in lines[1:] if line.startswith("import time:"))
-    assert sum(seconds.values()) == pytest.approx(total / 1e6, abs=1e-3 * len(seconds))

@@ -347,7 +347,7 @@ def test_preloader_reports_an_exception_of_its_plan():
 
 
 def test_the_setting_is_described_for_doctor_and_a_bad_one_says_how_to_fix_it():
-    """Issue 34 ND24: doctor did not show SLIME_FLASHQLA_PRELOAD, so a bad value went unseen."""
+    """doctor's line for SLIME_FLASHQLA_PRELOAD states the setting; a bad value says how to fix it (issue 34 ND24)."""
     from slime_flashqla.kernels.preload import preload_setting
 
     assert preload_setting({}) == "on (SLIME_FLASHQLA_PRELOAD unset)"

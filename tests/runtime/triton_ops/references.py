@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
-
 import torch
 import torch.nn.functional as F
+
+from slime_flashqla.workload.lengths import packed_offsets
 
 # max |ours - reference| / max |reference| allowed: about three unit roundoffs of the dtype
 # (one rounding of the output plus the float32 sums and the inputs' own rounding).
@@ -72,5 +72,5 @@ def packed_lengths(gen: torch.Generator, width: int, long: int) -> list[int]:
 
 
 def cu_seqlens_of(lengths, dtype=torch.int32, device="cpu") -> torch.Tensor:
-    """Offsets [0, l0, l0 + l1, ...]."""
-    return torch.tensor(list(itertools.accumulate(lengths, initial=0)), dtype=dtype, device=device)
+    """The cu_seqlens tensor of packed `lengths`: workload.lengths.packed_offsets, on `device`."""
+    return torch.tensor(packed_offsets(lengths), dtype=dtype, device=device)

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from slime_flashqla.workload.heads import HeadConfig, parse_head_config
-from slime_flashqla.workload.models import model_heads, model_rank_heads
+from slime_flashqla.workload.models import model_heads, model_rank_heads, split_for_tp
 
 
 @pytest.mark.parametrize(
@@ -48,7 +48,7 @@ def test_good_configs_give_the_same_heads_as_parse_heads(tmp_path):
 
 
 def test_warmup_refuses_bad_model_heads_before_any_process_starts(tmp_path):
-    """The probe's warmup case: ZeroDivisionError per configuration before; now one line and exit 2."""
+    """warmup refuses a config.json with unusable heads in one line, exit 2, before any process starts."""
     path = tmp_path / "z.json"
     path.write_text(json.dumps({"linear_num_key_heads": 0, "linear_num_value_heads": 0}))
     done = subprocess.run(
@@ -61,6 +61,13 @@ def test_warmup_refuses_bad_model_heads_before_any_process_starts(tmp_path):
     assert len(output) == 1 and "positive multiple" in output[0]
 
 
+def test_a_model_s_heads_are_split_over_the_tp_ranks_or_refused():
+    assert split_for_tp(model_heads("qwen3-next-80b-a3b"), 8) == HeadConfig(2, 4)
+    assert split_for_tp(model_heads("qwen3.5-397b-a17b"), 2) == HeadConfig(8, 32)
+    with pytest.raises(ValueError, match="does not divide"):
+        split_for_tp(HeadConfig(16, 48), 32)
+
+
 @pytest.mark.parametrize("tp", ["x", "2,two", ","])
 def test_a_tp_that_is_not_a_list_of_sizes_is_named(tp):
     with pytest.raises(ValueError, match=r"--tp .*: give a comma list of tensor-parallel sizes"):
@@ -69,7 +76,7 @@ def test_a_tp_that_is_not_a_list_of_sizes_is_named(tp):
 
 
 def test_a_config_nested_too_deeply_is_refused_in_one_line(tmp_path):
-    """ND22: `[` * 100000 gave `unexpected RecursionError` from json (the manifest got this fix, --model did not)."""
+    """A config.json nested too deeply for json is refused as not valid JSON, in one line (issue 34 ND22)."""
     path = tmp_path / "deep.json"
     path.write_text("[" * 100_000)
     with pytest.raises(ValueError, match=r"deep.json is not valid JSON \(nested too deeply\)"):
@@ -85,7 +92,7 @@ def test_a_config_too_large_to_be_one_is_refused_unread(tmp_path):
 
 
 def test_a_checkpoint_folder_is_read_through_its_config_json(tmp_path):
-    """Item 18: a folder said `unknown model`; a checkpoint folder holds the config.json meant."""
+    """A checkpoint folder is read through the config.json it holds (issue 35 item 18)."""
     (tmp_path / "config.json").write_text(json.dumps({"linear_num_key_heads": 16, "linear_num_value_heads": 32}))
     assert model_heads(str(tmp_path)) == HeadConfig(16, 32)
     assert model_heads(f"{tmp_path}/") == HeadConfig(16, 32)
@@ -102,7 +109,7 @@ def test_a_folder_without_config_json_and_a_missing_file_say_so(tmp_path):
 
 @pytest.mark.parametrize("counts", [(10**12, 2 * 10**12), (1024, 2048), (2048, 2048)])
 def test_head_counts_have_a_stated_upper_bound(tmp_path, counts):
-    """ND20: 10**12 heads were accepted and failed late (a failed worker row, an allocation error)."""
+    """Head counts are bounded (at most 1024 value heads), in --model and --heads alike (issue 34 ND20)."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"linear_num_key_heads": counts[0], "linear_num_value_heads": counts[1]}))
     with pytest.raises(ValueError, match="at most 1024 value heads"):
@@ -113,7 +120,7 @@ def test_head_counts_have_a_stated_upper_bound(tmp_path, counts):
 
 
 def test_warmup_refuses_a_deeply_nested_model_in_one_line(tmp_path):
-    """ND22 as the probe ran it: `warmup --model deep.json` ended `unexpected RecursionError`, exit 1."""
+    """`warmup --model deep.json` is one line and exit 2 (issue 34 ND22)."""
     path = tmp_path / "deep.json"
     path.write_text("[" * 100_000)
     done = subprocess.run(

@@ -5,7 +5,7 @@ Building that wrapper imports TorchInductor (seconds of a warm process start: do
 although this package's `flashqla` backend never calls that l2norm (it normalises q/k itself).
 While the package imports, `torch.compile(fn, ...)` returns a wrapper that calls the real
 `torch.compile(fn, ...)` on its first call and the compiled function from then on: what runs,
-and when it compiles, is unchanged; only the import no longer pays for a compiler nobody uses.
+and when it compiles, is unchanged; only the import does not pay for a compiler nobody uses.
 
 The same package marks `chunk_gated_delta_rule` with `@torch.compiler.disable`, and building
 that marker imports TorchDynamo, and with it sympy and parts of Inductor (about half the

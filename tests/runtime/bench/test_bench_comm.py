@@ -18,6 +18,7 @@ import time
 import psutil
 import pytest
 
+from helpers.comm_guard_state import clean_comm_guard  # noqa: F401  (autouse fixture: bench comm installs policies here)
 from slime_flashqla import cli
 from slime_flashqla.bench import comm
 from slime_flashqla.cli import bench as bench_cli
@@ -29,6 +30,8 @@ def test_bench_comm_gloo_two_ranks(tmp_path, monkeypatch, capfd):
     for var in ("MASTER_ADDR", "MASTER_PORT"):  # run() sets them for its ranks; restore afterwards
         monkeypatch.setenv(var, "unset")
     monkeypatch.delenv("WORLD_SIZE", raising=False)
+    # No width, as in a log: plain rows kept whole (pytest-xdist's workers set COLUMNS=80, where rich folds cells).
+    monkeypatch.delenv("COLUMNS", raising=False)
     out = tmp_path / "comm.json"
     markdown = tmp_path / "comm.md"
     argv = ["--backend", "gloo", "--nproc", "2", "--sizes", "4K", "--rounds", "1", "--iters-small", "6"]
@@ -146,7 +149,7 @@ def _comm_parser() -> argparse.ArgumentParser:
 
 @pytest.mark.parametrize("size", ["infK", "1e400K", "1e30G", "17G", "1e12"])
 def test_a_size_out_of_bounds_is_a_usage_error_not_a_traceback(size, capsys):
-    """ND19/ND20: `infK` raised OverflowError past argparse (a traceback); sizes had no upper bound."""
+    """A size that overflows or passes 16 GiB is an argparse usage error, exit 2 (issue 34 ND19, ND20)."""
     with pytest.raises(SystemExit) as raised:
         _comm_parser().parse_args(["bench", "comm", "--sizes", size])
     assert raised.value.code == 2
@@ -205,7 +208,9 @@ def _ranks_beyond_memory() -> list[str]:
     ],
 )
 def test_what_the_parent_can_know_is_refused_before_any_rank_starts(argv, words):
-    """Issue 35 item 2, ND20, ND21: no bound forked ranks until memory ran out; an odd world started 3 ranks first.
+    """What the parent can know (memory for --nproc, an odd world for isend+irecv) is refused before any rank starts.
+
+    Issue 35 item 2, issue 34 ND20, ND21.
 
     Run under an 8 GiB address-space limit, as the probe ran it, so that a regression fails here
     instead of exhausting the machine; the process group is killed at the deadline.
@@ -271,7 +276,7 @@ def _stderr_line(process: subprocess.Popen, words: str, timeout: float = 60) -> 
     ("signum", "code", "word"), [("SIGTERM", 143, "terminated (SIGTERM)"), ("SIGINT", 130, "interrupted")]
 )
 def test_a_launcher_environment_says_it_waits_and_a_signal_stops_the_wait(signum, code, word):
-    """ND3: WORLD_SIZE in the environment waited silently for a peer, and neither SIGTERM nor Ctrl-C ended it."""
+    """With a launcher's WORLD_SIZE rank 0 says it waits; SIGTERM or Ctrl-C ends the wait (issue 34 ND3)."""
     process = _cli("bench", "comm", "--backend", "gloo", "--ops", "barrier", env=_launcher_env())
     waiting = _stderr_line(process, "waiting")
     assert "WORLD_SIZE=2" in waiting and "unset WORLD_SIZE" in waiting, waiting
@@ -351,7 +356,7 @@ def _exited(process: psutil.Process) -> bool:
 @pytest.mark.distributed
 @pytest.mark.parametrize("to", ["parent", "group"])
 def test_sigterm_stops_the_ranks_writes_nothing_and_says_one_line(tmp_path, to):
-    """ND23 / item 3: the ranks ran the whole benchmark after the parent's SIGTERM; a group SIGTERM gave tracebacks."""
+    """SIGTERM to the parent or its group stops every rank in one line, writing nothing (issue 34 ND23, 35 item 3)."""
     process, ranks = _long_run(tmp_path)
     if to == "parent":
         process.send_signal(signal.SIGTERM)
@@ -378,7 +383,7 @@ def test_ctrl_c_to_the_group_stops_every_rank_with_one_line(tmp_path):
 
 @pytest.mark.distributed
 def test_the_ranks_do_not_outlive_a_killed_parent(tmp_path):
-    """Item 2: after the parent went, 162 ranks lived on as orphans holding the machine's memory."""
+    """The ranks end with a killed parent: none lives on as an orphan (issue 35 item 2)."""
     process, ranks = _long_run(tmp_path)
     process.send_signal(signal.SIGKILL)
     _finish(process, timeout=30)
@@ -386,7 +391,7 @@ def test_the_ranks_do_not_outlive_a_killed_parent(tmp_path):
 
 
 def test_the_aa_note_says_when_the_ratios_are_noise():
-    """Item 27: on a busy CPU the A/A column read 0.32x-3.64x and nothing said every other ratio was noise."""
+    """The A/A note says when the spread makes every other ratio noise (issue 35 item 27)."""
     wide = comm.resolution_note({"low": 0.32, "high": 3.64})
     assert wide.startswith("A/A: 0.32x to 3.64x") and "cannot be told from noise" in wide
     narrow = comm.resolution_note({"low": 0.99, "high": 1.02})
@@ -396,7 +401,7 @@ def test_the_aa_note_says_when_the_ratios_are_noise():
 
 @pytest.mark.distributed
 def test_a_rank_that_fails_is_one_line_naming_its_error():
-    """CL4: a rank out of memory was `unexpected ProcessRaisedException: ... Traceback ...` squeezed into one line.
+    """A rank that fails (here out of memory) is one line naming its error (issue 34 ND20, probe case CL4).
 
     Each process may map 3 GiB more than a process that imported torch maps (a CUDA build of torch maps
     several GiB more than a CPU one): two ranks pass the memory check, and a rank's 2 GiB buffers do not fit.
