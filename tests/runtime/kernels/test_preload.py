@@ -1,8 +1,9 @@
 """The kernel preload: its switch, the warm-up's records, and the background thread that loads them.
 
-The preload machinery runs for real here (threads, record files, logging). What it loads comes
-from a small backend registered for these tests, whose items log what happens to them:
-FlashQLA's own TileLang items are tested in test_tilelang_specs.py.
+The preload machinery runs for real here (threads, record files, logging, this machine's stack
+fingerprint). What it loads comes from a small `SpecialisationSource` the source lookup hands out
+for a backend named `testing`, whose items log what happens to them: FlashQLA's own TileLang
+items are tested in test_tilelang_specs.py.
 """
 
 from __future__ import annotations
@@ -17,10 +18,14 @@ import pytest
 
 from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 from slime_flashqla.kernel_cache.warmup import WarmupTask
+from slime_flashqla.kernels import fingerprint as fingerprint_module
 from slime_flashqla.kernels import preload
+from slime_flashqla.kernels.fingerprint import fingerprint
 from slime_flashqla.kernels.preload import (
     Preloader,
     PreloadSettingError,
+    SpecialisationSource,
+    kernel_source,
     preload_mode,
     record_dir,
     recorded_specs,
@@ -28,8 +33,6 @@ from slime_flashqla.kernels.preload import (
     start_kernel_preload,
 )
 from slime_flashqla.workload.heads import HeadConfig
-
-STACK = {"gpu_arch": "sm_90", "kernels": "1.0"}
 
 
 class Item:
@@ -54,7 +57,7 @@ class Item:
 
 
 class Source:
-    """A backend's source of specialisations, with the methods FlashQLA's TileLangPackage has."""
+    """A backend's source of specialisations: a `SpecialisationSource`, as FlashQLA's TileLangPackage is."""
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str]] = []
@@ -62,21 +65,20 @@ class Source:
         self.gate.set()
         self.missing, self.failing = set(), set()
         self.loaded: list[str] = []  # what the "kernel package" has built in this process
-        self.here = dict(STACK)
         self.use_program = None
         self.guarded = []
 
     def log(self, phase: str, label: str) -> None:
         self.events.append((phase, label, threading.current_thread().name))
 
+    def installed(self) -> bool:
+        return True
+
     def snapshot(self) -> set:
         return set(self.loaded)
 
     def record(self, before, cache_dir, record_dir):
         return [{"name": name} for name in self.loaded if name not in before], []
-
-    def stack(self) -> dict:
-        return dict(self.here)
 
     def specialisations(self, specs, cache_dir, record_dir, use_program):
         self.use_program = use_program
@@ -91,17 +93,16 @@ class Source:
         yield
         self.guarded.append("exit")
 
-
-class Backend:
-    def __init__(self, source: Source) -> None:
-        self.tilelang = source
+    def compile_ahead(self, steps, threads, lock):
+        raise NotImplementedError("the preload never compiles ahead")
 
 
 @pytest.fixture
 def backend(monkeypatch):
-    """A fresh test source under the backend name `testing`, a fresh preload registry, the switch unset."""
+    """A fresh test source for the backend name `testing`, a fresh preload registry, the switch unset."""
     source = Source()
-    monkeypatch.setitem(KERNEL_BACKENDS, "testing", Backend(source))
+    real = preload._source
+    monkeypatch.setattr(preload, "_source", lambda name: source if name == "testing" else real(name))
     monkeypatch.setattr(preload, "_gpu_present", lambda: True)  # the preload runs where a GPU is
     monkeypatch.setattr(preload, "_preloaders", {})
     monkeypatch.delenv(preload.PRELOAD_ENV, raising=False)
@@ -146,13 +147,13 @@ def test_recording_writes_what_each_part_built_and_a_layer_reads_its_own_parts(b
     files = sorted(path.name for path in record_dir(cache).glob("*.json"))
     assert files == sorted(f"{task.key}.json" for task in tasks)
     record = json.loads((record_dir(cache) / f"{other_budget.key}.json").read_text())
-    assert record["stack"] == STACK and record["backend"] == "testing" and record["part"] == "layer"
+    assert record["stack"] == fingerprint() and record["backend"] == "testing" and record["part"] == "layer"
     assert [spec["name"] for spec in record["specialisations"]] == ["bidi", "fwd-cp"]
 
     specs = recorded_specs(cache, "testing", 2, 4)
     # In both layer records first, then the rest in record order; no other heads.
     assert [spec["name"] for _, spec in specs] == ["fwd-cp", "cumsum", "fwd-128", "bidi"]
-    assert all(stack == STACK for stack, _ in specs)
+    assert all(stack == fingerprint() for stack, _ in specs)
     assert recorded_specs(cache, "testing", 1, 4)[0][1] == {"name": "other-heads"}
     assert recorded_specs(cache, "torch", 2, 4) == []
 
@@ -258,18 +259,68 @@ def test_what_is_no_longer_loadable_is_skipped_and_said(backend, tmp_path, caplo
     assert caplog.records[-1].levelno == logging.WARNING and "1 skipped (gone: its cache" in caplog.messages[-1]
 
 
-def test_records_of_another_stack_are_not_loaded(backend, tmp_path, caplog):
+def changed_version(monkeypatch, distribution: str, version: str) -> None:
+    """Here, `distribution` is installed at `version` (the fingerprint reads it from package metadata)."""
+    real = fingerprint_module.distribution_version
+    monkeypatch.setattr(
+        fingerprint_module, "distribution_version", lambda name: version if name == distribution else real(name)
+    )
+
+
+def test_records_of_another_stack_are_not_loaded(backend, tmp_path, caplog, monkeypatch):
     cache = tmp_path / "cache"
     warm(backend, cache, "layer", names=["a"])
-    backend.here["kernels"] = "2.0"
+    recorded = fingerprint()["tilelang"] or "none"  # "none" where tilelang is not installed
+    changed_version(monkeypatch, "tilelang", "9.9.9")  # a distribution the flashqla backend declares
     with caplog.at_level(logging.INFO, logger=preload.logger.name):
         preloader = start_kernel_preload("testing", 2, 4, cache_dir=cache)
         assert preloader.wait(30)
     assert backend.events == [] and preloader.result.loaded == 0
     assert preloader.result.note == (
-        "stopped: recorded on another stack (kernels 1.0 there, 2.0 here); run slime-flashqla warmup again"
+        f"stopped: recorded on another stack (tilelang {recorded} there, 9.9.9 here); run slime-flashqla warmup again"
     )
     assert caplog.records[-1].levelno == logging.WARNING
+
+
+def earlier_record(cache, stack: dict, names=("a",)) -> None:
+    """A record as slime-flashqla 0.1.0 wrote it: its stack held the GPU and its backend's distributions only."""
+    record_dir(cache).mkdir(parents=True, exist_ok=True)
+    task = WarmupTask("testing", HeadConfig(2, 4))
+    data = {"format": preload.FORMAT, "task": task.key, "backend": "testing", "key_heads": 2, "value_heads": 4,
+            "dtype": "bfloat16", "varlen": True, "part": "layer", "stack": stack,
+            "specialisations": [{"name": name} for name in names]}  # fmt: skip
+    (record_dir(cache) / f"{task.key}.json").write_text(json.dumps(data))
+
+
+def test_an_earlier_record_compares_on_the_fields_it_holds(backend, tmp_path):
+    """A record with fewer fields than today's fingerprint is compared on those it has: what it vouched for."""
+    here = fingerprint()
+    old = {name: here[name] for name in ("gpu_arch", "flash-qla", "tilelang", "apache-tvm-ffi")}
+    earlier_record(tmp_path / "fits", old)
+    preloader = start_kernel_preload("testing", 2, 4, cache_dir=tmp_path / "fits")
+    assert preloader.wait(30) and preloader.result.loaded == 1 and preloader.result.note == ""
+
+    earlier_record(tmp_path / "stale", {**old, "flash-qla": "0.0.1"})
+    preload._preloaders.clear()
+    preloader = start_kernel_preload("testing", 2, 4, cache_dir=tmp_path / "stale")
+    assert preloader.wait(30) and preloader.result.loaded == 0
+    shown = here["flash-qla"] or "none"  # not installed here
+    assert preloader.result.note == (
+        f"stopped: recorded on another stack (flash-qla 0.0.1 there, {shown} here); run slime-flashqla warmup again"
+    )
+
+    earlier_record(tmp_path / "bare", {})  # never written by any slime-flashqla: not loaded, and said
+    preload._preloaders.clear()
+    preloader = start_kernel_preload("testing", 2, 4, cache_dir=tmp_path / "bare")
+    assert preloader.wait(30) and preloader.result.loaded == 0
+    assert "the record holds no stack fingerprint" in preloader.result.note
+
+
+def test_sources_are_specialisation_sources_and_a_backend_without_one_has_none():
+    assert isinstance(Source(), SpecialisationSource)
+    assert isinstance(kernel_source("flashqla"), SpecialisationSource)
+    assert kernel_source("fla") is None and kernel_source("torch") is None
+    assert KERNEL_BACKENDS["flashqla"].tilelang.package == "flash_qla"
 
 
 def test_nothing_recorded_is_a_quiet_note(backend, tmp_path, caplog):
