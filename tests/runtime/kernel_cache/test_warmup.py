@@ -393,7 +393,7 @@ def test_sigterm_stops_warmup_and_its_part_processes(tmp_path):
 
 
 class _AheadSource:
-    """The `compile_ahead` of a backend's kernel source (a SpecialisationSource), as FlashQLA's TileLangPackage has it."""
+    """The `compile_ahead` of a backend's SpecialisationSource, as FlashQLA's TileLangPackage has it."""
 
     def __init__(self, fail=False):
         self.fail, self.calls = fail, []
@@ -410,11 +410,10 @@ class _AheadSource:
 
 
 def test_a_part_compiles_ahead_on_its_threads_under_per_kernel_locks_and_never_fails_for_it(tmp_path, monkeypatch):
+    from helpers.preload_source import use_source
     from slime_flashqla.kernel_cache.warmup import LOCK_DIR, WarmupTask, compile_ahead
-    from slime_flashqla.kernels import preload
 
-    source, real = _AheadSource(), preload._source
-    monkeypatch.setattr(preload, "_source", lambda name: source if name == "testing" else real(name))
+    source = use_source(monkeypatch, _AheadSource())
     task, ran = WarmupTask("testing", HeadConfig(2, 4)), []
     said = compile_ahead(task, tmp_path, 4, lambda: ran.append("steps"))
     assert said == "3 of 3 kernel(s) built ahead on 4 thread(s)" and ran == ["steps"]

@@ -2,8 +2,8 @@
 
 The preload machinery runs for real here (threads, record files, logging, this machine's stack
 fingerprint). What it loads comes from a small `SpecialisationSource` the source lookup hands out
-for a backend named `testing`, whose items log what happens to them: FlashQLA's own TileLang
-items are tested in test_tilelang_specs.py.
+for a backend named `testing`, whose items log what happens to them (helpers/preload_source.py):
+FlashQLA's own TileLang items are tested in test_tilelang_specs.py.
 """
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ import json
 import logging
 import threading
 import time
-from contextlib import contextmanager
 
 import pytest
 
+from helpers.preload_source import Source, changed_version, use_source
 from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 from slime_flashqla.kernel_cache.warmup import WarmupTask
-from slime_flashqla.kernels import fingerprint as fingerprint_module
 from slime_flashqla.kernels import preload
 from slime_flashqla.kernels.fingerprint import fingerprint
 from slime_flashqla.kernels.preload import (
@@ -35,74 +34,10 @@ from slime_flashqla.kernels.preload import (
 from slime_flashqla.workload.heads import HeadConfig
 
 
-class Item:
-    """One recorded spec as the test source loads it: every call is logged with its thread."""
-
-    def __init__(self, spec: dict, source: Source) -> None:
-        self.spec, self.source, self.label = spec, source, spec["name"]
-
-    def problem(self):
-        return "its cache entry is gone" if self.label in self.source.missing else None
-
-    def prepare(self) -> bool:
-        self.source.log("prepare", self.label)
-        self.source.gate.wait(30)  # held until the test lets the preload go on
-        return self.source.use_program
-
-    def load(self) -> bool:
-        self.source.log("load", self.label)
-        if self.label in self.source.failing:
-            raise RuntimeError(f"cannot load {self.label}\nsecond line")
-        return True
-
-
-class Source:
-    """A backend's source of specialisations: a `SpecialisationSource`, as FlashQLA's TileLangPackage is."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []
-        self.gate = threading.Event()
-        self.gate.set()
-        self.missing, self.failing = set(), set()
-        self.loaded: list[str] = []  # what the "kernel package" has built in this process
-        self.use_program = None
-        self.guarded = []
-
-    def log(self, phase: str, label: str) -> None:
-        self.events.append((phase, label, threading.current_thread().name))
-
-    def installed(self) -> bool:
-        return True
-
-    def snapshot(self) -> set:
-        return set(self.loaded)
-
-    def record(self, before, cache_dir, record_dir):
-        return [{"name": name} for name in self.loaded if name not in before], []
-
-    def specialisations(self, specs, cache_dir, record_dir, use_program):
-        self.use_program = use_program
-        return [Item(spec, self) for spec in specs]
-
-    def guard_problem(self):
-        return None
-
-    @contextmanager
-    def guard(self):
-        self.guarded.append("enter")
-        yield
-        self.guarded.append("exit")
-
-    def compile_ahead(self, steps, threads, lock):
-        raise NotImplementedError("the preload never compiles ahead")
-
-
 @pytest.fixture
 def backend(monkeypatch):
     """A fresh test source for the backend name `testing`, a fresh preload registry, the switch unset."""
-    source = Source()
-    real = preload._source
-    monkeypatch.setattr(preload, "_source", lambda name: source if name == "testing" else real(name))
+    source = use_source(monkeypatch, Source())
     monkeypatch.setattr(preload, "_gpu_present", lambda: True)  # the preload runs where a GPU is
     monkeypatch.setattr(preload, "_preloaders", {})
     monkeypatch.delenv(preload.PRELOAD_ENV, raising=False)
@@ -257,14 +192,6 @@ def test_what_is_no_longer_loadable_is_skipped_and_said(backend, tmp_path, caplo
     assert [label for phase, label, _ in backend.events if phase == "load"] == ["a", "c"]
     assert preloader.result.skipped == ["gone: its cache entry is gone"]
     assert caplog.records[-1].levelno == logging.WARNING and "1 skipped (gone: its cache" in caplog.messages[-1]
-
-
-def changed_version(monkeypatch, distribution: str, version: str) -> None:
-    """Here, `distribution` is installed at `version` (the fingerprint reads it from package metadata)."""
-    real = fingerprint_module.distribution_version
-    monkeypatch.setattr(
-        fingerprint_module, "distribution_version", lambda name: version if name == distribution else real(name)
-    )
 
 
 def test_records_of_another_stack_are_not_loaded(backend, tmp_path, caplog, monkeypatch):
