@@ -11,7 +11,8 @@ what building the kernel's program and loading it does. So:
   package and loads what was recorded for those heads, so the steps find it loaded.
 
 The thread never blocks the caller and never raises into it: a problem ends the preload with one
-logged line (logger `slime_flashqla.kernels.preload`). It loads only what was recorded and is
+logged line (logger `slime_flashqla.kernels.preload`). It loads only what was recorded on this
+machine's stack (the fingerprint of kernels/fingerprint.py, which an archive records too) and is
 still in the cache, and refuses any compile (see kernels/tilelang_specs.py). A training step that
 needs a kernel before the preload reached it builds it itself, as it would without the preload,
 from the recorded program when the preload has filed it already. `SLIME_FLASHQLA_PRELOAD=0`
@@ -133,10 +134,13 @@ def kernel_source(backend: str) -> SpecialisationSource | None:
 
 @functools.cache
 def _source(backend: str) -> SpecialisationSource | None:
-    """What the backend declares (a TileLangSource, or None) as the object that records and loads its programs."""
+    """What the backend declares (a TileLangSource, or None) as the object that records and loads its programs.
+
+    None for a name no backend has: a preload is never the place a wrong backend name is refused.
+    """
     from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 
-    declared = KERNEL_BACKENDS[backend].tilelang
+    declared = KERNEL_BACKENDS[backend].tilelang if backend in KERNEL_BACKENDS else None
     if declared is None:
         return None
     from slime_flashqla.kernels.tilelang_specs import TileLangPackage
@@ -384,9 +388,9 @@ def _plan(backend: str, key_heads: int, value_heads: int, mode: str, device, cac
     here = fingerprint()
     fitting, stale = [], ""
     for stack, spec in recorded:
-        differ = _stale(stack, here)
-        if differ:
-            stale = differ
+        why = _stale(stack, here)
+        if why:
+            stale = why
         else:
             fitting.append(spec)
     if not fitting:

@@ -246,7 +246,7 @@ def test_an_earlier_record_compares_on_the_fields_it_holds(backend, tmp_path):
 def test_sources_are_specialisation_sources_and_a_backend_without_one_has_none():
     assert isinstance(Source(), SpecialisationSource)
     assert isinstance(kernel_source("flashqla"), SpecialisationSource)
-    assert kernel_source("fla") is None and kernel_source("torch") is None
+    assert kernel_source("fla") is None and kernel_source("torch") is None and kernel_source("no-such") is None
     assert KERNEL_BACKENDS["flashqla"].tilelang.package == "flash_qla"
 
 
