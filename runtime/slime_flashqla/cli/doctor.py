@@ -28,6 +28,7 @@ def register(subparsers) -> None:
 def report_rows(report: dict) -> list[tuple[str, str]]:
     """The doctor report as (item, value) rows."""
     from slime_flashqla.integrations.slime.report import slime_rows
+    from slime_flashqla.kernels.fingerprint import describe
 
     gpus = "; ".join(f"{g['index']}: {g['name']} (SM {g['capability']})" for g in report["gpus"]) or "none"
     rows = [
@@ -49,6 +50,7 @@ def report_rows(report: dict) -> list[tuple[str, str]]:
         ("'auto' runs", f"{report['auto']['backend']}: {report['auto']['reason']}"),
         ("TileLang kernel cache", report["tilelang_cache_dir"]),
         ("kernel preload", report["kernel_preload"]),
+        ("kernel fingerprint", describe(report["kernel_fingerprint"])),
     ]
     rows += slime_rows(report["slime"])
     rows += [("WARNING", warning) for warning in report["warnings"]]

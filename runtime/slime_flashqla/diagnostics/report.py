@@ -1,4 +1,4 @@
-"""The node report behind `slime-flashqla doctor`: versions, GPU, backends, FlashQLA, warnings and notes."""
+"""The node report behind `slime-flashqla doctor`: versions, GPU, backends, kernel fingerprint, warnings, notes."""
 
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ def collect_report() -> dict:
     from slime_flashqla import __version__
     from slime_flashqla.integrations.slime.report import slime_report
     from slime_flashqla.kernels.cache import tilelang_cache_dir
+    from slime_flashqla.kernels.fingerprint import fingerprint
     from slime_flashqla.kernels.preload import preload_setting
 
     cuda = torch.cuda.is_available()
@@ -83,6 +84,8 @@ def collect_report() -> dict:
         "auto": {"backend": choice.backend, "reason": choice.reason, "for": "bf16 training, K=V=128"},
         "tilelang_cache_dir": str(tilelang_cache_dir()),
         "kernel_preload": preload_setting(),
+        # What `cache export` records and `cache import` and the preload compare (kernels/fingerprint.py).
+        "kernel_fingerprint": fingerprint(),
     }
     report["slime"] = slime_report()
     report["setting_problems"] = setting_problems()

@@ -1,28 +1,18 @@
-"""The stack a compiled kernel was built for (GPU architecture, versions, TileLang's nvcc), and whether it fits here."""
+"""The stack a compiled kernel was built for (GPU architecture, versions, TileLang's nvcc), and whether it fits here.
+
+The GPU architecture and the versions are the stack fingerprint, kernels/fingerprint.py's: the
+preload's records and `doctor` read the same one.
+"""
 
 from __future__ import annotations
 
-import platform
 import re
-import sys
 from dataclasses import dataclass, field, replace
 
 from slime_flashqla.host.cuda_toolchain import same_release, tilelang_nvcc_version
 from slime_flashqla.kernel_cache.format import CACHE_NAMES, ArchiveError, shown
+from slime_flashqla.kernels.fingerprint import differences, fingerprint_versions
 
-# Distributions whose versions decide whether a cached kernel fits: the compilers (tilelang with
-# its apache-tvm-ffi runtime, triton), the kernel sources (flash-qla, fla), torch, and this package.
-VERSION_DISTRIBUTIONS = (
-    "torch",
-    "triton",
-    "pytorch-triton",
-    "tilelang",
-    "apache-tvm-ffi",
-    "flash-qla",
-    "flash-linear-attention",
-    "fla-core",
-    "slime-flashqla",
-)
 GPU_ARCH_PATTERN = re.compile(r"^sm_\d+[a-z]?$")
 # Stack fields an archive written before they were recorded lacks (see Stack.missing).
 TOOLCHAIN_FIELDS = ("nvcc", "driver", "driver_cuda")
@@ -49,7 +39,7 @@ class Stack:
     missing: tuple = ()  # TOOLCHAIN_FIELDS the manifest does not record (an older slime-flashqla wrote it)
 
     def compared_fields(self) -> dict:
-        """The fields an import compares exactly, in report order (nvcc is compared apart, by release)."""
+        """The fields an import compares exactly, in report order: the stack fingerprint (nvcc is compared apart)."""
         return {"gpu_arch": self.gpu_arch, **self.versions}
 
     def as_dict(self) -> dict:
@@ -73,19 +63,13 @@ class Stack:
 
 
 def current_stack() -> Stack:
-    """This machine's stack: GPU and driver (via torch, nvidia-smi), versions (package metadata), TileLang's nvcc."""
-    import torch
-
+    """This machine's stack: its fingerprint (kernels/fingerprint.py), GPU name and driver, TileLang's nvcc."""
     from slime_flashqla.host.gpus import driver_cuda, gpu_archs_and_names, nvidia_smi_driver
-    from slime_flashqla.host.packages import distribution_version
 
-    versions = {name: distribution_version(name) for name in VERSION_DISTRIBUTIONS}
-    versions["torch.cuda"] = torch.version.cuda
-    versions["python"] = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    versions["machine"] = platform.machine()
     arch, name = gpu_archs_and_names()
     cuda = arch != "none"
     driver = (nvidia_smi_driver(), driver_cuda()) if cuda else (None, None)
+    versions = fingerprint_versions()
     return Stack(arch, name, versions, nvcc=tilelang_nvcc_version(), driver=driver[0], driver_cuda=driver[1])
 
 
@@ -105,12 +89,10 @@ def stack_mismatches(archived: Stack, here: Stack, caches=CACHE_NAMES) -> list[s
     major.minor) only for a TileLang cache, and only where both sides know it. TileLang's own
     cache key holds neither the compiler nor the CUDA version, so it would load such kernels.
     """
-    theirs, ours = archived.compared_fields(), here.compared_fields()
-    keys = list(theirs) + [key for key in ours if key not in theirs]
+    # A field one side lacks (an archive written before a backend declared it) counts as not installed there.
     found = [
-        f"{shown(key)} {shown(theirs.get(key) or 'none')} (archive) vs {shown(ours.get(key) or 'none')} (here)"
-        for key in keys
-        if theirs.get(key) != ours.get(key)
+        f"{shown(key)} {shown(theirs or 'none')} (archive) vs {shown(ours or 'none')} (here)"
+        for key, theirs, ours in differences(archived.compared_fields(), here.compared_fields())
     ]
     if "tilelang" in caches and archived.nvcc and here.nvcc and not same_release(archived.nvcc, here.nvcc):
         found.append(f"nvcc {shown(archived.nvcc)} (archive) vs {shown(here.nvcc)} (here)")

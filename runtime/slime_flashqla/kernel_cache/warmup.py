@@ -274,7 +274,7 @@ def compile_ahead(task: WarmupTask, cache_dir: Path, threads: int, steps) -> str
     without it.
     """
     source = kernel_source(task.backend)
-    if threads < 2 or source is None or not hasattr(source, "compile_ahead"):
+    if threads < 2 or source is None:
         return ""
     # A lock per kernel in the cache's lock folder: parts and ranks that need the same kernel at
     # once compile it once; the others load it from the cache after the lock.

@@ -11,7 +11,8 @@ what building the kernel's program and loading it does. So:
   package and loads what was recorded for those heads, so the steps find it loaded.
 
 The thread never blocks the caller and never raises into it: a problem ends the preload with one
-logged line (logger `slime_flashqla.kernels.preload`). It loads only what was recorded and is
+logged line (logger `slime_flashqla.kernels.preload`). It loads only what was recorded on this
+machine's stack (the fingerprint of kernels/fingerprint.py, which an archive records too) and is
 still in the cache, and refuses any compile (see kernels/tilelang_specs.py). A training step that
 needs a kernel before the preload reached it builds it itself, as it would without the preload,
 from the recorded program when the preload has filed it already. `SLIME_FLASHQLA_PRELOAD=0`
@@ -28,13 +29,16 @@ import os
 import threading
 import time
 from collections import Counter
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from slime_flashqla.errors import one_line
 from slime_flashqla.files.atomic import write_atomically
 from slime_flashqla.kernels.cache import tilelang_cache_dir
+from slime_flashqla.kernels.fingerprint import differences, fingerprint
 
 PRELOAD_ENV = "SLIME_FLASHQLA_PRELOAD"
 ON, CALLS, OFF = "on", "calls", "off"
@@ -77,23 +81,71 @@ def record_dir(cache_dir) -> Path:
     return Path(cache_dir) / RECORD_DIR
 
 
-def kernel_source(backend: str):
-    """The backend's source of recorded specialisations, or None (it keeps none)."""
-    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+class Specialisation(Protocol):
+    """One recorded specialisation, ready to load (tilelang_specs.TileLangSpecialisation)."""
 
-    return _source_of(KERNEL_BACKENDS[backend].tilelang)
+    label: str
+
+    def problem(self) -> str | None:
+        """Why it can no longer be loaded (its cache entry is gone), or None."""
+
+    def prepare(self) -> bool:
+        """Read what the load needs (the recorded program); True when a recorded program was read."""
+
+    def load(self) -> bool:
+        """Load the kernel; False when the training thread had loaded it already."""
+
+
+@runtime_checkable
+class SpecialisationSource(Protocol):
+    """What records a backend's kernel specialisations in `warmup` and loads them in a preload.
+
+    A backend declares one (FlashQLA's `TileLangSource`, made a tilelang_specs.TileLangPackage).
+    """
+
+    def installed(self) -> bool:
+        """Whether its kernel package is installed here (found without importing it)."""
+
+    def snapshot(self) -> set:
+        """What the process has built so far."""
+
+    def record(self, before: set, cache_dir: Path, record_dir: Path) -> tuple[list[dict], list[str]]:
+        """The specs built since `before` (programs written under `record_dir`), and one line per one not recorded."""
+
+    def specialisations(
+        self, specs: list[dict], cache_dir: Path, record_dir: Path, use_program: bool
+    ) -> list[Specialisation]:
+        """The specs, loadable (imports the kernel package); `use_program`: through their recorded programs."""
+
+    def guard_problem(self) -> str | None:
+        """Why loads cannot be kept from compiling here, or None."""
+
+    def guard(self) -> AbstractContextManager:
+        """The context the loads run in: a compile inside it raises."""
+
+    def compile_ahead(self, steps: Callable[[], object], threads: int, lock):
+        """Compile what `steps()` calls on `threads` threads first; something with `describe()`."""
+
+
+def kernel_source(backend: str) -> SpecialisationSource | None:
+    """The backend's source of recorded specialisations, or None (it keeps none)."""
+    return _source(backend)
 
 
 @functools.cache
-def _source_of(declared):
-    """What a backend declares (a TileLangSource) as the object that records and loads its programs."""
-    from slime_flashqla.gdn.backends.tooling import TileLangSource
+def _source(backend: str) -> SpecialisationSource | None:
+    """What the backend declares (a TileLangSource, or None) as the object that records and loads its programs.
 
-    if isinstance(declared, TileLangSource):
-        from slime_flashqla.kernels.tilelang_specs import TileLangPackage
+    None for a name no backend has: a preload is never the place a wrong backend name is refused.
+    """
+    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 
-        return TileLangPackage(declared)
-    return declared  # None, or an object that already records and loads (the tests' stand-ins)
+    declared = KERNEL_BACKENDS[backend].tilelang if backend in KERNEL_BACKENDS else None
+    if declared is None:
+        return None
+    from slime_flashqla.kernels.tilelang_specs import TileLangPackage
+
+    return TileLangPackage(declared)
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -136,7 +188,7 @@ def recording(task, cache_dir):
                 "dtype": task.dtype,
                 "varlen": task.varlen,
                 "part": task.part,
-                "stack": source.stack(),
+                "stack": fingerprint(),  # kernels/fingerprint.py: what an archive records too
                 "specialisations": specs,
             },
         )
@@ -197,7 +249,7 @@ class PreloadResult:
 class Plan:
     """What a preload is to load, and what it left out."""
 
-    items: list = field(default_factory=list)  # each with .label, .prepare() -> bool, .load() -> bool
+    items: list[Specialisation] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     note: str = ""
     guard: object = nullcontext  # a context manager factory the loads run in
@@ -308,12 +360,10 @@ def _could_preload(backend: str) -> bool:
     if not _gpu_present():
         return False
     from slime_flashqla.gdn.backends import AUTO, KERNEL_BACKENDS
-    from slime_flashqla.host.packages import is_installed
 
     names = list(KERNEL_BACKENDS) if backend == AUTO else [backend]
-    sources = [getattr(KERNEL_BACKENDS[name], "tilelang", None) for name in names if name in KERNEL_BACKENDS]
-    packages = [getattr(source, "package", None) for source in sources if source is not None]
-    return any(package is None or is_installed(package) for package in packages)
+    sources = [kernel_source(name) for name in names]
+    return any(source is not None and source.installed() for source in sources)
 
 
 def _plan(backend: str, key_heads: int, value_heads: int, mode: str, device, cache_dir: Path) -> Plan:
@@ -335,14 +385,12 @@ def _plan(backend: str, key_heads: int, value_heads: int, mode: str, device, cac
     recorded = recorded_specs(cache_dir, name, key_heads, value_heads)
     if not recorded:
         return Plan(note=f"none recorded in {record_dir(cache_dir)} (run slime-flashqla warmup)")
-    here = source.stack()
+    here = fingerprint()
     fitting, stale = [], ""
     for stack, spec in recorded:
-        differ = [
-            f"{key} {stack.get(key)} there, {value} here" for key, value in here.items() if stack.get(key) != value
-        ]
-        if differ:
-            stale = "; ".join(differ)
+        why = _stale(stack, here)
+        if why:
+            stale = why
         else:
             fitting.append(spec)
     if not fitting:
@@ -359,6 +407,18 @@ def _plan(backend: str, key_heads: int, value_heads: int, mode: str, device, cac
         else:
             loadable.append(item)
     return Plan(loadable, skipped, guard=source.guard)
+
+
+def _stale(recorded: dict, here: dict) -> str:
+    """Why a record's fingerprint does not fit `here` ('field X there, Y here; ...'), or '' where it fits.
+
+    A record compares on the fields both fingerprints hold: one an earlier slime-flashqla wrote
+    holds the GPU architecture and its backend's distributions only, which was all it vouched for.
+    """
+    if not isinstance(recorded, dict) or "gpu_arch" not in recorded:
+        return "the record holds no stack fingerprint"
+    found = differences(recorded, here, shared_only=True)
+    return "; ".join(f"{key} {there or 'none'} there, {ours or 'none'} here" for key, there, ours in found)
 
 
 def start_kernel_preload(backend: str, key_heads: int, value_heads: int, *, cache_dir=None) -> Preloader | None:

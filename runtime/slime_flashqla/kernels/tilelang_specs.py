@@ -340,9 +340,18 @@ def specialisations(
 
 @dataclass(frozen=True)
 class TileLangPackage:
-    """What a backend's `TileLangSource` declares, as the source of its recorded specialisations."""
+    """What a backend's `TileLangSource` declares, as the source of its recorded specialisations.
 
-    declared: TileLangSource  # the package, the distributions its programs depend on, its importer
+    A `SpecialisationSource` (kernels/preload.py).
+    """
+
+    declared: TileLangSource  # the package and its importer
+
+    def installed(self) -> bool:
+        """Whether the package can be imported here (found, not imported)."""
+        from slime_flashqla.host.packages import is_installed
+
+        return is_installed(self.declared.package)
 
     def snapshot(self) -> set:
         """The call forms built so far in this process."""
@@ -351,15 +360,6 @@ class TileLangPackage:
     def record(self, before: set, cache_dir: Path, record_dir: Path) -> tuple[list[dict], list[str]]:
         """The call forms built since `before` (see `record`)."""
         return record(jit_factories(self.declared.package), before, cache_dir, record_dir)
-
-    def stack(self) -> dict:
-        """GPU architecture and the versions of the declared distributions here."""
-        from slime_flashqla.host.gpus import gpu_archs_and_names
-        from slime_flashqla.host.packages import distribution_version
-
-        # The fields `cache export` fingerprints too, read the same way (host/).
-        arch, _ = gpu_archs_and_names()
-        return {"gpu_arch": arch, **{name: distribution_version(name) for name in self.declared.distributions}}
 
     def specialisations(self, specs: list[dict], cache_dir: Path, record_dir: Path, use_program: bool):
         """Import the package (as its backend does) and return the specs as loadable specialisations."""

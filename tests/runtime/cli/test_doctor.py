@@ -43,6 +43,7 @@ def test_json_report_has_every_field(report):
         "auto",
         "fla_forwards_to_flashqla",
         "tilelang_cache_dir",
+        "kernel_fingerprint",
         "warnings",
         "notes",
     ):

@@ -2,7 +2,8 @@
 
 The last test copies the package, adds a throwaway backend module and registers it in the
 registry, changing no other file, and shows the CLI's choices, the validation before a
-launch, `auto`'s reasons, doctor and the start-up imports all take it in.
+launch, `auto`'s reasons, doctor, the start-up imports and the stack fingerprint (the archive's,
+the preload's, doctor's) all take it in.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class FifthBackend(GDNBackend):
     device_types = None
     auto_priority = 2  # after FlashQLA and FLA, before the reference
     runs = "the fifth kernel runs these inputs"
+    kernel_distributions = ("packaging",)  # what its kernels are built from (a throwaway: any installed one)
 
     def available(self, device=None, *, backward: bool = False) -> tuple[bool, str]:
         return True, "nothing to install"
@@ -69,6 +71,8 @@ PROBE = textwrap.dedent(
     from slime_flashqla.cli.doctor import report_rows
     from slime_flashqla.diagnostics.report import collect_report
     from slime_flashqla.gdn import GDNInputError, explain_auto, get_chunk_gated_delta_rule
+    from slime_flashqla.kernel_cache.stack import current_stack
+    from slime_flashqla.kernels.fingerprint import fingerprint_fields
     from slime_flashqla.kernels.imports import kernel_imports
 
     out = {}
@@ -91,6 +95,11 @@ PROBE = textwrap.dedent(
     report = collect_report()
     out["doctor"] = [row for row in report_rows(report) if row[0] == "backend fifth"]
     out["imports"] = kernel_imports("fifth")
+    out["fingerprint"] = [
+        fingerprint_fields().count("packaging"),
+        current_stack().compared_fields()["packaging"] is not None,  # the archive's
+        report["kernel_fingerprint"]["packaging"] is not None,  # doctor's (the preload records the same)
+    ]
     print(json.dumps(out))
     """
 )
@@ -180,3 +189,4 @@ def test_a_fifth_backend_is_its_module_and_one_registry_line(tmp_path):
     assert out["auto K=64"] == ["fifth", f"{on_cpu}; the fifth kernel runs these inputs"]
     assert out["doctor"] == [["backend fifth", "usable: nothing to install"]]
     assert out["imports"] == []  # nothing of its own to import at start
+    assert out["fingerprint"] == [1, True, True]  # its declared distribution, once, in the one fingerprint

@@ -373,7 +373,7 @@ def test_sigterm_stops_warmup_and_its_part_processes(tmp_path):
 
 
 class _AheadSource:
-    """A backend's kernel source with `compile_ahead`, as FlashQLA's TileLangPackage has it."""
+    """The `compile_ahead` of a backend's SpecialisationSource, as FlashQLA's TileLangPackage has it."""
 
     def __init__(self, fail=False):
         self.fail, self.calls = fail, []
@@ -390,11 +390,10 @@ class _AheadSource:
 
 
 def test_a_part_compiles_ahead_on_its_threads_under_per_kernel_locks_and_never_fails_for_it(tmp_path, monkeypatch):
-    from slime_flashqla.gdn.backends import KERNEL_BACKENDS
+    from helpers.preload_source import use_source
     from slime_flashqla.kernel_cache.warmup import LOCK_DIR, WarmupTask, compile_ahead
 
-    source = _AheadSource()
-    monkeypatch.setitem(KERNEL_BACKENDS, "testing", type("Backend", (), {"tilelang": source})())
+    source = use_source(monkeypatch, _AheadSource())
     task, ran = WarmupTask("testing", HeadConfig(2, 4)), []
     said = compile_ahead(task, tmp_path, 4, lambda: ran.append("steps"))
     assert said == "3 of 3 kernel(s) built ahead on 4 thread(s)" and ran == ["steps"]

@@ -1,7 +1,8 @@
 """The kernel preload: its switch, the warm-up's records, and the background thread that loads them.
 
-The preload machinery runs for real here (threads, record files, logging). What it loads comes
-from a small backend registered for these tests, whose items log what happens to them:
+The preload machinery runs for real here (threads, record files, logging, this machine's stack
+fingerprint). What it loads comes from a small `SpecialisationSource` the source lookup hands out
+for a backend named `testing`, whose items log what happens to them (helpers/preload_source.py):
 FlashQLA's own TileLang items are tested in test_tilelang_specs.py.
 """
 
@@ -11,16 +12,19 @@ import json
 import logging
 import threading
 import time
-from contextlib import contextmanager
 
 import pytest
 
+from helpers.preload_source import Source, changed_version, use_source
 from slime_flashqla.gdn.backends import KERNEL_BACKENDS
 from slime_flashqla.kernel_cache.warmup import WarmupTask
 from slime_flashqla.kernels import preload
+from slime_flashqla.kernels.fingerprint import fingerprint
 from slime_flashqla.kernels.preload import (
     Preloader,
     PreloadSettingError,
+    SpecialisationSource,
+    kernel_source,
     preload_mode,
     record_dir,
     recorded_specs,
@@ -29,79 +33,11 @@ from slime_flashqla.kernels.preload import (
 )
 from slime_flashqla.workload.heads import HeadConfig
 
-STACK = {"gpu_arch": "sm_90", "kernels": "1.0"}
-
-
-class Item:
-    """One recorded spec as the test source loads it: every call is logged with its thread."""
-
-    def __init__(self, spec: dict, source: Source) -> None:
-        self.spec, self.source, self.label = spec, source, spec["name"]
-
-    def problem(self):
-        return "its cache entry is gone" if self.label in self.source.missing else None
-
-    def prepare(self) -> bool:
-        self.source.log("prepare", self.label)
-        self.source.gate.wait(30)  # held until the test lets the preload go on
-        return self.source.use_program
-
-    def load(self) -> bool:
-        self.source.log("load", self.label)
-        if self.label in self.source.failing:
-            raise RuntimeError(f"cannot load {self.label}\nsecond line")
-        return True
-
-
-class Source:
-    """A backend's source of specialisations, with the methods FlashQLA's TileLangPackage has."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []
-        self.gate = threading.Event()
-        self.gate.set()
-        self.missing, self.failing = set(), set()
-        self.loaded: list[str] = []  # what the "kernel package" has built in this process
-        self.here = dict(STACK)
-        self.use_program = None
-        self.guarded = []
-
-    def log(self, phase: str, label: str) -> None:
-        self.events.append((phase, label, threading.current_thread().name))
-
-    def snapshot(self) -> set:
-        return set(self.loaded)
-
-    def record(self, before, cache_dir, record_dir):
-        return [{"name": name} for name in self.loaded if name not in before], []
-
-    def stack(self) -> dict:
-        return dict(self.here)
-
-    def specialisations(self, specs, cache_dir, record_dir, use_program):
-        self.use_program = use_program
-        return [Item(spec, self) for spec in specs]
-
-    def guard_problem(self):
-        return None
-
-    @contextmanager
-    def guard(self):
-        self.guarded.append("enter")
-        yield
-        self.guarded.append("exit")
-
-
-class Backend:
-    def __init__(self, source: Source) -> None:
-        self.tilelang = source
-
 
 @pytest.fixture
 def backend(monkeypatch):
-    """A fresh test source under the backend name `testing`, a fresh preload registry, the switch unset."""
-    source = Source()
-    monkeypatch.setitem(KERNEL_BACKENDS, "testing", Backend(source))
+    """A fresh test source for the backend name `testing`, a fresh preload registry, the switch unset."""
+    source = use_source(monkeypatch, Source())
     monkeypatch.setattr(preload, "_gpu_present", lambda: True)  # the preload runs where a GPU is
     monkeypatch.setattr(preload, "_preloaders", {})
     monkeypatch.delenv(preload.PRELOAD_ENV, raising=False)
@@ -146,13 +82,13 @@ def test_recording_writes_what_each_part_built_and_a_layer_reads_its_own_parts(b
     files = sorted(path.name for path in record_dir(cache).glob("*.json"))
     assert files == sorted(f"{task.key}.json" for task in tasks)
     record = json.loads((record_dir(cache) / f"{other_budget.key}.json").read_text())
-    assert record["stack"] == STACK and record["backend"] == "testing" and record["part"] == "layer"
+    assert record["stack"] == fingerprint() and record["backend"] == "testing" and record["part"] == "layer"
     assert [spec["name"] for spec in record["specialisations"]] == ["bidi", "fwd-cp"]
 
     specs = recorded_specs(cache, "testing", 2, 4)
     # In both layer records first, then the rest in record order; no other heads.
     assert [spec["name"] for _, spec in specs] == ["fwd-cp", "cumsum", "fwd-128", "bidi"]
-    assert all(stack == STACK for stack, _ in specs)
+    assert all(stack == fingerprint() for stack, _ in specs)
     assert recorded_specs(cache, "testing", 1, 4)[0][1] == {"name": "other-heads"}
     assert recorded_specs(cache, "torch", 2, 4) == []
 
@@ -258,18 +194,60 @@ def test_what_is_no_longer_loadable_is_skipped_and_said(backend, tmp_path, caplo
     assert caplog.records[-1].levelno == logging.WARNING and "1 skipped (gone: its cache" in caplog.messages[-1]
 
 
-def test_records_of_another_stack_are_not_loaded(backend, tmp_path, caplog):
+def test_records_of_another_stack_are_not_loaded(backend, tmp_path, caplog, monkeypatch):
     cache = tmp_path / "cache"
     warm(backend, cache, "layer", names=["a"])
-    backend.here["kernels"] = "2.0"
+    recorded = fingerprint()["tilelang"] or "none"  # "none" where tilelang is not installed
+    changed_version(monkeypatch, "tilelang", "9.9.9")  # a distribution the flashqla backend declares
     with caplog.at_level(logging.INFO, logger=preload.logger.name):
         preloader = start_kernel_preload("testing", 2, 4, cache_dir=cache)
         assert preloader.wait(30)
     assert backend.events == [] and preloader.result.loaded == 0
     assert preloader.result.note == (
-        "stopped: recorded on another stack (kernels 1.0 there, 2.0 here); run slime-flashqla warmup again"
+        f"stopped: recorded on another stack (tilelang {recorded} there, 9.9.9 here); run slime-flashqla warmup again"
     )
     assert caplog.records[-1].levelno == logging.WARNING
+
+
+def earlier_record(cache, stack: dict, names=("a",)) -> None:
+    """A record as slime-flashqla 0.1.0 wrote it: its stack held the GPU and its backend's distributions only."""
+    record_dir(cache).mkdir(parents=True, exist_ok=True)
+    task = WarmupTask("testing", HeadConfig(2, 4))
+    data = {"format": preload.FORMAT, "task": task.key, "backend": "testing", "key_heads": 2, "value_heads": 4,
+            "dtype": "bfloat16", "varlen": True, "part": "layer", "stack": stack,
+            "specialisations": [{"name": name} for name in names]}  # fmt: skip
+    (record_dir(cache) / f"{task.key}.json").write_text(json.dumps(data))
+
+
+def test_an_earlier_record_compares_on_the_fields_it_holds(backend, tmp_path):
+    """A record with fewer fields than today's fingerprint is compared on those it has: what it vouched for."""
+    here = fingerprint()
+    old = {name: here[name] for name in ("gpu_arch", "flash-qla", "tilelang", "apache-tvm-ffi")}
+    earlier_record(tmp_path / "fits", old)
+    preloader = start_kernel_preload("testing", 2, 4, cache_dir=tmp_path / "fits")
+    assert preloader.wait(30) and preloader.result.loaded == 1 and preloader.result.note == ""
+
+    earlier_record(tmp_path / "stale", {**old, "flash-qla": "0.0.1"})
+    preload._preloaders.clear()
+    preloader = start_kernel_preload("testing", 2, 4, cache_dir=tmp_path / "stale")
+    assert preloader.wait(30) and preloader.result.loaded == 0
+    shown = here["flash-qla"] or "none"  # not installed here
+    assert preloader.result.note == (
+        f"stopped: recorded on another stack (flash-qla 0.0.1 there, {shown} here); run slime-flashqla warmup again"
+    )
+
+    earlier_record(tmp_path / "bare", {})  # never written by any slime-flashqla: not loaded, and said
+    preload._preloaders.clear()
+    preloader = start_kernel_preload("testing", 2, 4, cache_dir=tmp_path / "bare")
+    assert preloader.wait(30) and preloader.result.loaded == 0
+    assert "the record holds no stack fingerprint" in preloader.result.note
+
+
+def test_sources_are_specialisation_sources_and_a_backend_without_one_has_none():
+    assert isinstance(Source(), SpecialisationSource)
+    assert isinstance(kernel_source("flashqla"), SpecialisationSource)
+    assert kernel_source("fla") is None and kernel_source("torch") is None and kernel_source("no-such") is None
+    assert KERNEL_BACKENDS["flashqla"].tilelang.package == "flash_qla"
 
 
 def test_nothing_recorded_is_a_quiet_note(backend, tmp_path, caplog):

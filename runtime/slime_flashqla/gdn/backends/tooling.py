@@ -2,6 +2,8 @@
 
 `TileLangSource` is the one declaration of a backend built from `@tilelang.jit` factories;
 kernels/tilelang_specs.py's `TileLangPackage` is what records and loads its programs from it.
+`kernel_distributions` is the one declaration of what a backend's compiled kernels depend on:
+kernels/fingerprint.py builds the stack fingerprint from it, for the archive, the preload and doctor.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ class TileLangSource:
     """A backend built from `@tilelang.jit` factories: whose programs `warmup` records and a layer preloads."""
 
     package: str  # import name, e.g. "flash_qla"
-    distributions: tuple[str, ...]  # whose versions decide whether a recorded program still fits
     importer: Callable[[], object]  # imports the package the way its backend does
 
 
@@ -25,6 +26,9 @@ class ToolHooks:
     name: str  # the kernel contract's (contract.py)
     module: str | None
     tilelang: TileLangSource | None = None  # what kernels/preload.py may preload for it
+    # The distributions whose versions decide whether this backend's compiled kernels fit a machine,
+    # beside those every backend shares (kernels/fingerprint.py: torch, Triton, slime-flashqla).
+    kernel_distributions: tuple[str, ...] = ()
 
     def warmup_paths(self) -> dict[str, dict]:
         """Kernel paths a warm-up must force beside what the layer runs (by default none)."""

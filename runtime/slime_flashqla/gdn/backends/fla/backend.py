@@ -27,6 +27,8 @@ class FLABackend(GDNBackend):
     module = "fla"
     auto_priority = 1  # where FlashQLA does not fit: FLA never beat it on an H200 (docs/benchmarks.md)
     runs = "FLA's own kernels run these inputs"
+    # The kernel sources (fla-core carries the fla package since 0.5) and the Triton that compiles them.
+    kernel_distributions = ("flash-linear-attention", "fla-core", "triton")
     # tilelang: none, the preload covers TileLang factories and FLA's kernels are Triton's
 
     @property

@@ -38,6 +38,8 @@ class FlashQLABackend(GDNBackend):
     # packed batch, kernel and layer (docs/benchmarks.md).
     auto_priority = 0
     unavailable_error = FlashQLAUnavailableError
+    # The kernel sources, and TileLang with the TVM FFI runtime its kernel libraries are built against.
+    kernel_distributions = ("flash-qla", "tilelang", "apache-tvm-ffi")
 
     # Where flash-qla is missing: the pip name, so the refusal says what to install.
     missing_package = "needs the flash-qla package, which is not installed (pip install flash-qla)"
@@ -111,8 +113,7 @@ class FlashQLABackend(GDNBackend):
     @functools.cached_property
     def tilelang(self) -> TileLangSource:
         """FlashQLA's TileLang factories, as a source of what `warmup` records and a layer preloads."""
-        # TileLang and its TVM runtime build the programs; flash-qla's sources are what they build.
-        return TileLangSource("flash_qla", ("flash-qla", "tilelang", "apache-tvm-ffi"), _flash_qla_kernel)
+        return TileLangSource("flash_qla", _flash_qla_kernel)
 
     def library_fn(self):
         """flash_qla's own function, as FLA >= 0.6 forwards slime's call: it normalises q/k itself."""
