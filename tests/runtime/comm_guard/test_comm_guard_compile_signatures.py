@@ -160,12 +160,27 @@ def _each_step(rank: int, world: int) -> dict:
     return seen
 
 
+P2P_STEPS = ("send recv", "isend irecv", "batch_isend_irecv")
+
+
+def _compared(label: str, outcome: tuple) -> tuple:
+    """The outcome as compared: before torch 2.9 Dynamo refuses point-to-point calls either way, and its
+    reason line names where it stopped tracing (inside the guard's wrapper or not), so there only the
+    refusal's type, the graph breaks and the graphs must agree."""
+    if label in P2P_STEPS and not hasattr(torch._dynamo.config, "enable_p2p_compilation"):
+        (kind, _), breaks, graphs = outcome
+        return kind, breaks, graphs
+    return outcome
+
+
 def test_every_wrapped_call_compiles_under_the_guard_as_it_does_unguarded():
     for rank, seen in enumerate(run_world(_each_step, 2, deadline_s=280)):
         differ = {
             (label, p2p): {"unguarded": out, "guarded": seen[label, p2p, True]}
             for (label, p2p, guarded), out in seen.items()
-            if not guarded and p2p != "no fullgraph" and seen[label, p2p, True] != out
+            if not guarded
+            and p2p != "no fullgraph"
+            and _compared(label, seen[label, p2p, True]) != _compared(label, out)
         }
         assert not differ, (rank, differ)
         # the premise: torch compiles the ReduceOp calls unguarded, in one graph
