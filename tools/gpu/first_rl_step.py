@@ -109,6 +109,29 @@ class _AfterImport:
         return None
 
 
+def _start_profile():
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    return profiler
+
+
+def _profile_rows(profiler, count: int = 30) -> dict[str, list]:
+    """The training thread's heaviest functions of one pass: by cumulative and by own time."""
+    import pstats
+
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # {(file, line, name): (calls, primitive, own, cumulative, callers)}
+
+    def rows(key):
+        top = sorted(stats.items(), key=lambda item: -item[1][key])[:count]
+        return [[f"{Path(f).name}:{line}({name})", calls, round(own, 4), round(cum, 4)]
+                for (f, line, name), (calls, _, own, cum, _) in top]  # fmt: skip
+
+    return {"cumulative": rows(3), "own": rows(2)}
+
+
 def child(args) -> int:
     """Run the first two RL steps in this fresh process; print one JSON line."""
     started_wall = time.time()
@@ -174,11 +197,15 @@ def child(args) -> int:
     mark("cuda init, layer and inputs")
     log.take()
     compiles = {}
+    profiles = {}
     for step in (0, 1):
         forward_only, train = layer_call(layer, inputs, False), layer_call(layer, inputs, True)
         for index, call in enumerate([forward_only] * NOGRAD_PASSES + [train]):
+            profiler = _start_profile() if args.profile and step == 0 else None
             call()
             sync()
+            if profiler is not None:
+                profiles[f"step 0 pass {index + 1}"] = _profile_rows(profiler)
             name = f"step {step} " + (f"no-grad #{index + 1}" if index < NOGRAD_PASSES else "train")
             mark(name)
             compiles[name] = [f"{event.kind} {event.name}" for event in log.take()]
@@ -205,6 +232,7 @@ def child(args) -> int:
         "kernel_imports": kernel_imports,
         "preloads": preloads,
         "main_thread": threading.main_thread().name,
+        "profiles": profiles,
     }
     print("FIRST_RL_STEP " + json.dumps(report), flush=True)
     return 0
@@ -254,6 +282,8 @@ def run_once(args, preload: str) -> dict:
     argv = [sys.executable, "-X", "importtime", __file__, "_child", "--backend", args.backend, "--heads", args.heads,
             "--lengths", args.lengths, "--device", args.device, "--imports", args.imports,
             "--head-dim", str(args.head_dim), "--hidden-size", str(args.hidden_size)]  # fmt: skip
+    if args.profile:
+        argv.append("--profile")
     spawned = time.time()
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.timeout)
     stderr = done.stderr.splitlines()
@@ -270,6 +300,7 @@ def run_once(args, preload: str) -> dict:
         "rows": rows,
         "kernel_imports": report["kernel_imports"],
         "preloads": report["preloads"],
+        "profiles": report["profiles"],
     }
 
 
@@ -299,6 +330,11 @@ def print_run(run: dict) -> None:
             + ("-" if after is None else f"{after:+.2f} s after the end of step 0")
             + (f"; {item['note']}" if item["note"] else "")
         )
+    for name, tops in run.get("profiles", {}).items():
+        for order, rows in tops.items():
+            print(f"\nprofile of {name}, training thread, by {order} time (function, calls, own s, cumulative s):")
+            for function, calls, own, cumulative in rows:
+                print(f"  {cumulative:8.3f} {own:8.3f} {calls:7d} {function}")
     if run["kernel_imports"]:
         print("kernel imports (upfront): " + ", ".join(f"{k} {v:.2f} s" for k, v in run["kernel_imports"].items()))
 
@@ -330,6 +366,8 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="fresh processes per setting (default 3)")
     parser.add_argument("--head-dim", type=int, default=128, help="K = V (default 128)")
     parser.add_argument("--hidden-size", type=int, default=2048, help="hidden size (default 2048)")
+    parser.add_argument("--profile", action="store_true",
+                        help="cProfile step 0 on the training thread; print its heaviest functions")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a run may take (default 900)")
     parser.add_argument("--json", help="write every run as JSON")
     if argv is None and sys.argv[1:2] == ["_child"]:

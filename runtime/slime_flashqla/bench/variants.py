@@ -202,6 +202,21 @@ def kernel_fn(variant: Variant, heads: HeadConfig):
     return (repeating(fn, heads.group) if variant.repeat and heads.group > 1 else fn), fn
 
 
+def backward_from(output, grad) -> None:
+    """Backpropagate `grad` from `output` the way a layer inside a model receives its gradient: from the engine."""
+    from torch.autograd.variable import Variable
+
+    # Not output.backward(grad): Tensor.backward with an explicit gradient checks its shape with
+    # torch's symbolic-shape helpers, whose first use imports sympy (docs/benchmarks.md: most of
+    # the first training pass on an H200). Inside a model the layer's output gradient comes from
+    # the autograd engine (loss.backward() on a scalar, or Megatron's pipeline stages, which call
+    # the engine directly in schedules.custom_backward), which never runs that check.
+    Variable._execution_engine.run_backward(
+        tensors=(output,), grad_tensors=(grad,), keep_graph=False, create_graph=False, inputs=(),
+        allow_unreachable=True, accumulate_grad=True,
+    )  # fmt: skip
+
+
 def kernel_call(fn, inputs: dict, backward: bool):
     """One timed call of the kernel: forward (under no_grad) or forward + backward of a fixed grad."""
     import torch
@@ -213,7 +228,7 @@ def kernel_call(fn, inputs: dict, backward: bool):
         with torch.set_grad_enabled(backward):
             o, _ = fn(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True, cu_seqlens=inputs["cu_seqlens"])
         if backward:
-            o.backward(inputs["grad"])
+            backward_from(o, inputs["grad"])
             for leaf in leaves:  # None, not zero: the next backward assigns instead of accumulating
                 leaf.grad = None
 
@@ -318,7 +333,7 @@ def layer_call(layer, inputs: dict, backward: bool):
         with torch.set_grad_enabled(backward):
             out = layer(x, cu_seqlens=inputs["cu_seqlens"])
         if backward:
-            out.backward(inputs["grad"])
+            backward_from(out, inputs["grad"])
             x.grad = None
             for param in params:
                 param.grad = None
