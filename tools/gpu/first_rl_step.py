@@ -2,9 +2,10 @@
 
     python3 tools/gpu/first_rl_step.py --heads 16/32 --lengths 8192+24576 --runs 3 --json first_rl_step.json
 
-Each run is a fresh `python -X importtime` process that does what a training rank does up to the
-end of its first RL step (slime's actor: two forward-only passes under no_grad, then
-forward+backward), then one more step for reference, and times, from the process start:
+Each run is a fresh `python -X importtime` process (`--no-importtime`: a plain one) that does
+what a training rank does up to the end of its first RL step (slime's actor: two forward-only
+passes under no_grad, then forward+backward), then one more step for reference, and times, from
+the process start:
 
 - the interpreter, `import torch`, this package, and (`--imports upfront`) each kernel package
   import apart (triton layer ops, flash_qla with tilelang, FLA), else nothing before the model;
@@ -279,8 +280,8 @@ def attribute(report: dict, imports: dict) -> list[dict]:
 def run_once(args, preload: str) -> dict:
     """One fresh child; its report with rows per phase."""
     env = {**os.environ, "SLIME_FLASHQLA_PRELOAD": preload, "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-X", "importtime", __file__, "_child", "--backend", args.backend, "--heads", args.heads,
-            "--lengths", args.lengths, "--device", args.device, "--imports", args.imports,
+    argv = [sys.executable, *(["-X", "importtime"] * args.importtime), __file__, "_child", "--backend", args.backend,
+            "--heads", args.heads, "--lengths", args.lengths, "--device", args.device, "--imports", args.imports,
             "--head-dim", str(args.head_dim), "--hidden-size", str(args.hidden_size)]  # fmt: skip
     if args.profile:
         argv.append("--profile")
@@ -366,6 +367,9 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="fresh processes per setting (default 3)")
     parser.add_argument("--head-dim", type=int, default=128, help="K = V (default 128)")
     parser.add_argument("--hidden-size", type=int, default=2048, help="hidden size (default 2048)")
+    parser.add_argument("--importtime", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the children under -X importtime (default), whose own cost inflates the imports; "
+                        "--no-importtime times a plain process (no imports column)")  # fmt: skip
     parser.add_argument("--profile", action="store_true",
                         help="cProfile step 0 on the training thread; print its heaviest functions")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a run may take (default 900)")
