@@ -31,6 +31,7 @@ import torch
 
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
 from slime_flashqla.layers.context_parallel import zigzag_layout
+from slime_flashqla.workload.models import gdn_layer_config
 
 CLASSES = {"qwen3-next": Qwen3NextGatedDeltaNet, "qwen3.5": Qwen3_5GatedDeltaNet}
 SHAPES = {"qwen3-next": (16, 32, 2048), "qwen3.5": (16, 64, 4096)}  # Qwen3-Next-80B, Qwen3.5-397B at TP 1
@@ -42,10 +43,7 @@ PARITY_SPLITS = [(1, 2, False), (2, 2, True), (2, 1, False), (2, 2, False), (1, 
 def config(model: str, dtype, heads=None, hidden=None):
     hk, hv, h = SHAPES[model]
     hk, hv = heads or (hk, hv)
-    return SimpleNamespace(
-        hidden_size=hidden or h, linear_num_key_heads=hk, linear_num_value_heads=hv, linear_key_head_dim=128,
-        linear_value_head_dim=128, linear_conv_kernel_dim=4, hidden_act="silu", rms_norm_eps=1e-6, dtype=dtype,
-    )  # fmt: skip
+    return SimpleNamespace(**gdn_layer_config(hk, hv, hidden_size=hidden or h), dtype=dtype)
 
 
 def groups_of(tp, cp, rank):

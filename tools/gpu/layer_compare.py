@@ -42,6 +42,7 @@ from slime_flashqla.bench.megatron_layer import megatron_layer_problem, megatron
 from slime_flashqla.bench.variants import megatron_peer
 from slime_flashqla.integrations.slime.source import slime_gdn_layer_class
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
+from slime_flashqla.workload.models import gdn_layer_config
 from slime_flashqla.workload.setup import LayerSetup
 
 OURS = {"qwen3-next": Qwen3NextGatedDeltaNet, "qwen3.5": Qwen3_5GatedDeltaNet}
@@ -55,20 +56,6 @@ def lengths_of(pack: str) -> list[int]:
         length, count = pack.split("x")
         return [int(length)] * int(count)
     return [int(p) for p in pack.split("+")]
-
-
-def config(hk, hv, hidden):
-    return SimpleNamespace(
-        hidden_size=hidden,
-        linear_num_key_heads=hk,
-        linear_num_value_heads=hv,
-        linear_key_head_dim=128,
-        linear_value_head_dim=128,
-        linear_conv_kernel_dim=4,
-        hidden_act="silu",
-        rms_norm_eps=1e-6,
-        dtype=torch.bfloat16,
-    )
 
 
 def build(model, variant, cfg, source, seed=0):
@@ -142,7 +129,7 @@ def main() -> None:
         parser.error(f"--variants: give ours and any of {', '.join(VARIANTS[1:])}; unknown: {', '.join(unknown)}")
     if not args.slime_source and any(v.startswith("slime-") for v in variants):
         parser.error("the slime-* variants need --slime-source DIR (a slime checkout)")
-    cfg = config(hk, hv, args.hidden)
+    cfg = SimpleNamespace(**gdn_layer_config(hk, hv, hidden_size=args.hidden), dtype=torch.bfloat16)
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": [], "profiles": {}}
     if MEGATRON in variants:
         problem = megatron_layer_problem("cuda")

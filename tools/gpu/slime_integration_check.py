@@ -29,23 +29,10 @@ import torch
 from slime_flashqla.integrations.slime import import_slime_module, install, uninstall
 from slime_flashqla.integrations.slime.source import GDN_CLASSES, GDN_MODULES, slime_gdn_layer_class
 from slime_flashqla.layers import init_like_checkpoint, packed_batch
+from slime_flashqla.workload.models import gdn_layer_config
 
 # bf16 forward+backward through two implementations of the conv, gates and norm: rounding apart.
 BOUNDS = {"out": 1e-2, "dx": 1e-2, "param_grad": 2e-2}
-
-
-def config(key_heads: int, value_heads: int, hidden: int) -> SimpleNamespace:
-    return SimpleNamespace(
-        hidden_size=hidden,
-        linear_num_key_heads=key_heads,
-        linear_num_value_heads=value_heads,
-        linear_key_head_dim=128,
-        linear_value_head_dim=128,
-        linear_conv_kernel_dim=4,
-        hidden_act="silu",
-        rms_norm_eps=1e-6,
-        dtype=torch.bfloat16,
-    )
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -114,7 +101,7 @@ def main() -> int:
     started = time.perf_counter()
     key_heads, value_heads = (int(h) for h in args.heads.split("/"))
     lengths = [int(n) for n in args.pack.split("+")]
-    cfg = config(key_heads, value_heads, args.hidden)
+    cfg = SimpleNamespace(**gdn_layer_config(key_heads, value_heads, hidden_size=args.hidden), dtype=torch.bfloat16)
     results = {model: check(model, cfg, lengths) for model in args.models.split(",")}
     report = {
         "check": "slime_integration",

@@ -32,8 +32,6 @@ def test_missing_fla_names_the_pip_package():
 
 @pytest.mark.skipif(is_installed("flash_qla"), reason="flash-qla is installed here")
 def test_missing_flashqla_names_the_pip_package(machine):  # noqa: F811
-    if is_installed("flash_qla"):
-        pytest.skip("flash-qla is installed here")
     machine(capability=(9, 0))
     with pytest.raises(
         FlashQLAUnavailableError, match=r"flash-qla package, which is not installed \(pip install flash-qla\)"

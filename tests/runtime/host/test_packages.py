@@ -4,17 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.site_packages import site_package
 from slime_flashqla.host.packages import PIP_PACKAGES, distribution_version, installed_version, require
-
-
-def site_package(site, module: str, distribution: str | None = None, version: str = "1.0") -> None:
-    """Write an importable `module` into `site`, with a dist-info for `distribution` when one is given."""
-    (site / module).mkdir(parents=True)
-    (site / module / "__init__.py").write_text("")
-    if distribution:
-        info = site / f"{distribution.replace('-', '_')}-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n")
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from slime_flashqla.integrations.slime.source import (
     slime_gdn_layer_class,
 )
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
+from slime_flashqla.workload.models import gdn_layer_config
 
 from . import slime_models
 
@@ -34,17 +35,8 @@ LENGTHS = [1, 2, 3, 29, 7, 18]  # sequences shorter than the conv width among th
 
 
 def config(hk=2, hv=6, dim=8):
-    return SimpleNamespace(
-        hidden_size=24,
-        linear_num_key_heads=hk,
-        linear_num_value_heads=hv,
-        linear_key_head_dim=dim,
-        linear_value_head_dim=dim,
-        linear_conv_kernel_dim=4,
-        hidden_act="silu",
-        rms_norm_eps=1e-6,
-        dtype=torch.float64,
-    )
+    """The config object slime's layer classes read, built as tools/gpu's scripts build theirs, small and float64."""
+    return SimpleNamespace(**gdn_layer_config(hk, hv, head_dim=dim, hidden_size=24), dtype=torch.float64)
 
 
 @pytest.fixture

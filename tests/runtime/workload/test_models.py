@@ -1,4 +1,4 @@
-"""Head counts of --model: a named model or a config.json, checked as strictly as --heads before any work."""
+"""Head counts of --model (a named model or a config.json, as strict as --heads), and the layer config from heads."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from slime_flashqla.workload.heads import HeadConfig, parse_head_config
-from slime_flashqla.workload.models import model_heads, model_rank_heads, split_for_tp
+from slime_flashqla.workload.models import gdn_layer_config, model_heads, model_rank_heads, split_for_tp
 
 
 @pytest.mark.parametrize(
@@ -131,3 +131,17 @@ def test_warmup_refuses_a_deeply_nested_model_in_one_line(tmp_path):
     assert done.returncode == 2
     output = (done.stdout + done.stderr).strip().splitlines()
     assert len(output) == 1 and "nested too deeply" in output[0], output
+
+
+def test_the_layer_config_carries_every_size_under_the_names_hugging_face_gives_them():
+    """The layer reads every size gdn_layer_config is asked for; its keys are the ones slime's layer classes read."""
+    from slime_flashqla.layers.config import GDNConfig
+
+    config = GDNConfig.from_hf(gdn_layer_config(4, 12, head_dim=32, hidden_size=96, conv_kernel=3))
+    sizes = (config.num_key_heads, config.num_value_heads, config.key_head_dim, config.value_head_dim)
+    assert sizes == (4, 12, 32, 32)
+    assert (config.hidden_size, config.conv_kernel_dim, config.hidden_act, config.rms_norm_eps) == (96, 3, "silu", 1e-6)
+    assert set(gdn_layer_config(1, 1)) == {
+        "hidden_size", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+        "linear_value_head_dim", "linear_conv_kernel_dim", "hidden_act", "rms_norm_eps",
+    }  # fmt: skip
