@@ -6,16 +6,9 @@ chunks r and 2 * CP - 1 - r, concatenated sequence by sequence). The recurrence 
 runs along whole sequences, so the layer moves the short conv's and the gates' inputs of its
 heads from "my tokens, all heads" to "all tokens, my head group" with one all-to-all, runs the
 conv, the gates and the kernel on whole sequences for Hk/CP key heads, and moves the kernel's
-output back with a second all-to-all. Projections, the gated norm and the output projection
-run on the rank's own tokens. Every kernel backend works unchanged (it sees ordinary packed
+output back with a second all-to-all. Projections, the gated norm and the output projection run
+on the rank's own tokens. Every kernel backend works unchanged (it sees ordinary packed
 sequences), and the backward of each all-to-all is the other one, so gradients are exact.
-
-The received buffer holds the pack's tokens in the ranks' order, not the pack's: the conv reads
-it through the layout's `natural` index and writes its gradient back through it
-(triton_ops/causal_conv1d.py), so no reordered copy of the conv's input or of its gradient is
-made; only b and a, a few columns, come out of the conv reordered for the gates. The kernel's
-output is still reordered by index_select before the return all-to-all (the GDN kernels write
-dense rows in the pack's order, and the rows a rank sends to each other rank must be contiguous).
 """
 
 from __future__ import annotations
@@ -118,32 +111,29 @@ class Piece:
 class _GatherHeads(torch.autograd.Function):
     """Projection outputs -> ([1, T, G, sum f] for this rank's head group, the kept pieces' copies).
 
-    The [1, T, G, sum f] is the all-to-all's received buffer: its rows are the ranks' slices
-    stacked in rank order, the pack's token p at row `layout.natural[p]`. Whoever reads it (the
-    conv) reads through that index, and its gradient comes back in the same rows, so it goes
-    straight into the return all-to-all. The backward writes each projection output's gradient
-    into one buffer through the same views, instead of autograd's zero-filled buffer per view and
-    their sum.
+    The backward writes each projection output's gradient into one buffer through the same views,
+    instead of autograd's zero-filled buffer per view and their sum.
     """
 
     @staticmethod
-    def forward(ctx, group, size, pieces, *bases):
+    def forward(ctx, layout, group, size, pieces, *bases):
         sent = [piece.view(bases[piece.base]) for piece in pieces if not piece.kept]
         widths = [part.shape[-1] for part in sent]
         tokens, _, groups, _ = sent[0].shape
         send = sent[0].new_empty((size, tokens, groups, sum(widths)))
         for start, part in zip(itertools.accumulate([0, *widths]), sent, strict=False):
             send[..., start : start + part.shape[-1]].copy_(part.transpose(0, 1))
-        ctx.group, ctx.size, ctx.widths, ctx.pieces = group, size, widths, pieces
+        ctx.layout, ctx.group, ctx.size, ctx.widths, ctx.pieces = layout, group, size, widths, pieces
         ctx.bases = [(b.shape, b.dtype, b.device) for b in bases]
-        whole = _all_to_all(send, group).view(1, -1, groups, sum(widths))
+        whole = _to_heads(send.view(size, tokens, -1), layout, group).view(1, -1, groups, sum(widths))
         kept = [piece.view(bases[piece.base]).contiguous() for piece in pieces if piece.kept]
         return (whole, *kept)
 
     @staticmethod
     def backward(ctx, grad, *kept_grads):
         _, _, groups, width = grad.shape
-        back = _all_to_all(grad.reshape(ctx.size, -1, groups, width), ctx.group)
+        back = _to_tokens(grad.reshape(-1, groups * width), ctx.layout, ctx.group, ctx.size)
+        back = back.view(ctx.size, -1, groups, width)
         sent = iter(zip(itertools.accumulate([0, *ctx.widths]), ctx.widths, strict=False))
         kept = iter(kept_grads)
         buffers = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.bases]
@@ -160,7 +150,7 @@ class _GatherHeads(torch.autograd.Function):
         for buffer, count in zip(buffers, covered, strict=True):
             if count != buffer.numel():  # pragma: no cover - every caller's pieces cover their projection
                 raise AssertionError("the exchange's pieces must cover each projection output exactly")
-        return (None, None, None, *buffers)
+        return (None, None, None, None, *buffers)
 
 
 class _ScatterHeads(torch.autograd.Function):
@@ -224,12 +214,9 @@ class ContextParallel:
         """The zigzag layout of a checked pack: built once per pack (every GDN layer of a step reuses it)."""
         return _layouts.get(checked_cu_seqlens, offsets, self.size, local_tokens)
 
-    def to_heads(self, pieces: list[Piece], *bases: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """([1, T, G, sum f] of the sent pieces for this rank's head group, then each kept piece's copy).
-
-        The first is the received buffer: the pack's token p is its row `layout.natural[p]`.
-        """
-        return _GatherHeads.apply(self.group, self.size, tuple(pieces), *bases)
+    def to_heads(self, layout: ZigzagLayout, pieces: list[Piece], *bases: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """([1, T, G, sum f] of the sent pieces for this rank's head group, then each kept piece's copy)."""
+        return _GatherHeads.apply(layout, self.group, self.size, tuple(pieces), *bases)
 
     def to_tokens(self, layout: ZigzagLayout, whole: torch.Tensor) -> torch.Tensor:
         """[1, T, G, f] of this rank's head group -> [1, T_local, CP * G, f]: its tokens, the TP share's heads."""

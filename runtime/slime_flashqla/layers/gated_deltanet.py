@@ -199,13 +199,9 @@ class _GatedDeltaNetBase(nn.Module):
         """(q, k, v, z, b, a): q/k/v after the short conv, z, and the gates' inputs b and a."""
         raise NotImplementedError
 
-    def _gathered(self, pieces, *bases: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """(this rank's head group of the sent pieces over the whole pack [1, T_pack, Hk/CP * f], kept pieces).
-
-        The first holds the pack's tokens in the ranks' order: token p is its row layout.natural[p],
-        the index the conv reads it through.
-        """
-        whole, *kept = self.cp.to_heads(pieces, *bases)
+    def _gathered(self, layout, pieces, *bases: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(this rank's head group of the sent pieces over the whole pack [1, T_pack, Hk/CP, f], kept pieces)."""
+        whole, *kept = self.cp.to_heads(layout, pieces, *bases)
         return whole.view(1, whole.shape[1], -1), *kept
 
     def _by_group(self, columns: slice, width: int):
@@ -330,12 +326,9 @@ class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
             Piece(1, self._by_group(slice(None), 2 * group)),
             Piece(0, lambda t: t.view(batch, tokens, heads, width)[..., 2 * k_dim + v_dim :], kept=True),
         ]
-        mixed, z = self._gathered(pieces, qkvz, ba)
-        # The conv reads the received buffer through the zigzag index and gives q, k, v in the
-        # pack's order; b, a (2 * group columns a key head against q, k, v's 2K + group*V) come
-        # out as its z, a token-order copy of those columns, for the gates.
+        mixed, z = self._gathered(layout, pieces, qkvz, ba)
         conv_layout = ProjectionLayout(self.kernel_config.num_key_heads, k_dim, v_dim, 2 * group)
-        query, key, value, gates = short_conv_silu(mixed, conv_weight, cu_seqlens, conv_layout, layout.natural)
+        query, key, value, gates = short_conv_silu(mixed, conv_weight, cu_seqlens, conv_layout)
         return query, key, value, z, gates[..., :group], gates[..., group:]
 
 
@@ -391,10 +384,10 @@ class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
             Piece(0, section(0, k_dim)), Piece(0, section(k_dim, k_dim)), Piece(0, section(2 * k_dim, v_dim)),
             Piece(1, section(0, heads)), Piece(1, section(heads, heads)),
         ]  # fmt: skip
-        (mixed,) = self._gathered(pieces, qkv, ba)
+        (mixed,) = self._gathered(layout, pieces, qkv, ba)
         own = self.kernel_config
         conv_layout = ProjectionLayout(1, own.key_dim, own.value_dim, 2 * own.num_value_heads)
-        query, key, value, gates = short_conv_silu(mixed, conv_weight, cu_seqlens, conv_layout, layout.natural)
+        query, key, value, gates = short_conv_silu(mixed, conv_weight, cu_seqlens, conv_layout)
         return query, key, value, z, gates[..., : own.num_value_heads], gates[..., own.num_value_heads :]
 
 

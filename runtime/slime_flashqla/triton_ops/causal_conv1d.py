@@ -3,14 +3,11 @@
 Two entry points on the same kernels, each beside its PyTorch reference:
 - `causal_conv1d_silu(x, weight, cu_seqlens)`: x [B, T, D] -> y [B, T, D]
   (`causal_conv1d_silu_reference`).
-- `short_conv_silu(proj, weight, cu_seqlens, layout, rows=None)`: the GDN layers' short
-  convolution read straight out of the input projection's output, whatever its column layout
-  (`ProjectionLayout`): returns q, k, v as dense tensors (and z as a view of `proj`), and its
-  backward writes one gradient for the whole projection output. No gathered copy of q/k/v is
-  made in either pass (`short_conv_silu_reference` gathers, convolves and splits). With `rows`
-  the pack's token t is proj's row rows[t] (context parallelism's all-to-all buffer): the conv
-  reads and its backward writes through the index, q, k, v come out in token order, and z is
-  then a copy of its columns in token order.
+- `short_conv_silu(proj, weight, cu_seqlens, layout)`: the GDN layers' short convolution read
+  straight out of the input projection's output, whatever its column layout (`ProjectionLayout`):
+  returns q, k, v as dense tensors (and z as a view of `proj`), and its backward writes one
+  gradient for the whole projection output. No gathered copy of q/k/v is made in either pass
+  (`short_conv_silu_reference` gathers, convolves and splits).
 
 Each token's sequence comes from a binary search over cu_seqlens inside the kernels, so
 nothing is read back to the host. Rounding follows `causal_conv1d_silu_reference`: the conv
@@ -124,7 +121,7 @@ def _width_of(weight: torch.Tensor, op: str) -> int:
     raise ValueError(f"{op}: weight must be [D, 1, W] (nn.Conv1d's) or [D, W], got {tuple(weight.shape)}")
 
 
-def _check(x, weight, cu_seqlens, layout: ProjectionLayout, op: str, rows=None) -> int:
+def _check(x, weight, cu_seqlens, layout: ProjectionLayout, op: str) -> int:
     check_float("x", x, op)
     check_float("weight", weight, op)
     if x.dim() != 3:
@@ -148,17 +145,6 @@ def _check(x, weight, cu_seqlens, layout: ProjectionLayout, op: str, rows=None) 
             )
         if cu_seqlens.device != x.device:
             raise ValueError(f"{op}: cu_seqlens is on {cu_seqlens.device}, x on {x.device}")
-    if rows is not None:
-        # A permutation of the rows is trusted as cu_seqlens is: checking it would need a host sync.
-        if x.shape[0] != 1:
-            raise ValueError(f"{op}: with rows x must be packed as B == 1, got B={x.shape[0]}")
-        if rows.shape != (x.shape[1],) or rows.dtype not in (torch.int32, torch.int64):
-            raise ValueError(
-                f"{op}: rows must be a 1-D int32/int64 tensor of T={x.shape[1]} row numbers, got "
-                f"{rows.dtype} of shape {tuple(rows.shape)}"
-            )
-        if rows.device != x.device:
-            raise ValueError(f"{op}: rows is on {rows.device}, x on {x.device}")
     return width
 
 
@@ -194,11 +180,6 @@ def _section_args(tensors, names: tuple[str, str, str]) -> dict:
     }
 
 
-def _row_args(x, rows) -> dict:
-    """The row index (or a dummy pointer) and its compile-time switch: off, the kernels compile as without it."""
-    return {"rows": x if rows is None else rows, "ROWS": rows is not None}
-
-
 def _weight_args(weight) -> dict:
     return {"w": weight, "sw_d": weight.stride(0), "sw_w": weight.stride(-1)}
 
@@ -219,8 +200,8 @@ def _constants(layout: ProjectionLayout, width: int, bd: int, cfg: LaunchConfig,
     }
 
 
-def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, rows=None):
-    """The sections' dense outputs (q, k, v) or (y,), each [B, T, section channels]; token t read at x's row rows[t]."""
+def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int):
+    """The sections' dense outputs (q, k, v) or (y,), each [B, T, section channels]."""
     b, t, _ = x.shape
     outputs = tuple(torch.empty((b, t, n), dtype=x.dtype, device=x.device) for n in layout.section_widths)
     if b * t:
@@ -234,16 +215,13 @@ def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, rows=N
             **_weight_args(weight),
             **_section_args(outputs, ("yq", "yk", "yv")),
             **_sequence_args(x, cu_seqlens, t, layout),
-            **_row_args(x, rows),
             **_constants(layout, width, bd, cfg, cu_seqlens),
         )
     return outputs
 
 
-def _backward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, grads, rows=None):
-    """(dx shaped like x, dense; dweight in weight's dtype and shape) from the sections' gradients.
-
-    With `rows`, token t's gradient is written to dx's row rows[t]: a permutation covers every row."""
+def _backward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, grads):
+    """(dx shaped like x, dense; dweight in weight's dtype and shape) from the sections' gradients."""
     b, t, _ = x.shape
     d = layout.channels
     dx = torch.empty((b, t, layout.width), dtype=x.dtype, device=x.device)
@@ -264,7 +242,6 @@ def _backward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, grads
             **_weight_args(weight),
             **_section_args(grads, ("dq", "dk", "dv")),
             **sequences,
-            **_row_args(x, rows),
             **_constants(layout, width, bd1, p1, cu_seqlens),
             BW=next_power_of_2(width),
             DEFER=DEFER_DWEIGHT and width <= DEFERRED_TAPS,
@@ -277,7 +254,6 @@ def _backward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, grads
             sdx_t=dx.stride(1),
             **_weight_args(weight),
             **sequences,
-            **_row_args(x, rows),
             **_constants(layout, width, bd2, p2, cu_seqlens),
         )
     dweight = dw_partial.sum(0) if b * t else dw_partial.new_zeros((d, width))
@@ -290,54 +266,46 @@ def _z_view(proj: torch.Tensor, layout: ProjectionLayout) -> torch.Tensor:
     return proj.view(b, t, layout.groups, layout.group_width)[..., layout.group_width - layout.z_width :]
 
 
-def _z_of(proj: torch.Tensor, layout: ProjectionLayout, rows) -> torch.Tensor:
-    """z's columns in token order: a view of the projection, or with `rows` a copy of them read through it."""
-    z = _z_view(proj, layout)
-    return z if rows is None else z.index_select(1, rows)
-
-
 class ShortConvSilu(torch.autograd.Function):
-    """silu(causal depthwise conv1d) of the q/k/v columns of a projection, z passed through (a view without rows)."""
+    """silu(causal depthwise conv1d) of the q/k/v columns of a projection, with z passed through as a view."""
 
     @staticmethod
-    def forward(ctx, proj, weight, cu_seqlens, layout, width, rows):
-        ctx.save_for_backward(proj, weight, cu_seqlens, rows)
+    def forward(ctx, proj, weight, cu_seqlens, layout, width):
+        ctx.save_for_backward(proj, weight, cu_seqlens)
         ctx.layout, ctx.width = layout, width
-        outputs = _forward(proj, weight, cu_seqlens, layout, width, rows)
+        outputs = _forward(proj, weight, cu_seqlens, layout, width)
         if layout.z_width:
-            outputs = (*outputs, _z_of(proj, layout, rows))
+            outputs = (*outputs, _z_view(proj, layout))
         return outputs
 
     @staticmethod
     def backward(ctx, *grads):
-        proj, weight, cu_seqlens, rows = ctx.saved_tensors
+        proj, weight, cu_seqlens = ctx.saved_tensors
         layout = ctx.layout
         sections = len(layout.section_widths)
         conv_grads = tuple(
             g if g is not None else torch.zeros((*proj.shape[:2], n), dtype=proj.dtype, device=proj.device)
             for g, n in zip(grads[:sections], layout.section_widths, strict=True)
         )
-        dproj, dweight = _backward(proj, weight, cu_seqlens, layout, ctx.width, conv_grads, rows)
+        dproj, dweight = _backward(proj, weight, cu_seqlens, layout, ctx.width, conv_grads)
         if layout.z_width:
             dz = grads[sections]
             target = _z_view(dproj, layout)
             if dz is None:
                 target.zero_()
-            elif rows is None:
-                target.copy_(dz)
             else:
-                target.index_copy_(1, rows.long(), dz)  # index_copy_ takes int64 only
-        return dproj, dweight, None, None, None, None
+                target.copy_(dz)
+        return dproj, dweight, None, None, None
 
 
-def _apply(x, weight, cu_seqlens, layout, op, rows=None):
-    width = _check(x, weight, cu_seqlens, layout, op, rows)
+def _apply(x, weight, cu_seqlens, layout, op):
+    width = _check(x, weight, cu_seqlens, layout, op)
     if x.stride(-1) != 1:
         x = x.contiguous()
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return ShortConvSilu.apply(x, weight, cu_seqlens, layout, width, rows)
-    outputs = _forward(x, weight, cu_seqlens, layout, width, rows)
-    return (*outputs, _z_of(x, layout, rows)) if layout.z_width else outputs
+        return ShortConvSilu.apply(x, weight, cu_seqlens, layout, width)
+    outputs = _forward(x, weight, cu_seqlens, layout, width)
+    return (*outputs, _z_view(x, layout)) if layout.z_width else outputs
 
 
 @on_tensor_device
@@ -351,20 +319,12 @@ def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.
 
 @on_tensor_device
 def short_conv_silu(
-    proj: torch.Tensor,
-    weight: torch.Tensor,
-    cu_seqlens: torch.Tensor | None,
-    layout: ProjectionLayout,
-    rows: torch.Tensor | None = None,
+    proj: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.Tensor | None, layout: ProjectionLayout
 ) -> tuple[torch.Tensor, ...]:
-    """(q, k, v[, z]) of a GDN layer's projection [B, T, layout.width]: q/k/v conv'd and dense, z a view.
-
-    With `rows` (B == 1) the pack's token t is proj's row rows[t], a permutation of its rows: the
-    outputs are in token order (z then a copy) and the gradient lands in proj's rows.
-    """
+    """(q, k, v[, z]) of a GDN layer's projection [B, T, layout.width]: q/k/v conv'd and dense, z a view."""
     if layout.q_width == 0:
         raise ValueError("short_conv_silu: the layout has no q/k columns (use causal_conv1d_silu)")
-    return _apply(proj, weight, cu_seqlens, layout, "short_conv_silu", rows)
+    return _apply(proj, weight, cu_seqlens, layout, "short_conv_silu")
 
 
 def causal_conv1d_silu_reference(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=None) -> torch.Tensor:
@@ -382,12 +342,8 @@ def causal_conv1d_silu_reference(x: torch.Tensor, weight: torch.Tensor, cu_seqle
     return torch.cat([x[:, :0], *(conv(x[:, a:b]) for a, b in itertools.pairwise(offsets) if b > a)], dim=1)
 
 
-def short_conv_silu_reference(
-    proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout, rows: torch.Tensor | None = None
-):
-    """`short_conv_silu` in PyTorch: q/k/v gathered from `layout`, conv'd and split; z a view (of the rows' copy)."""
-    if rows is not None:
-        proj = proj.index_select(1, rows)
+def short_conv_silu_reference(proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout):
+    """`short_conv_silu` in PyTorch: q/k/v gathered from `layout`, conv'd and split; z a view."""
     b, t, _ = proj.shape
     groups = proj.view(b, t, layout.groups, layout.group_width)
     qw, vw = layout.q_width, layout.v_width

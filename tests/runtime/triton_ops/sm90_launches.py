@@ -54,9 +54,6 @@ def main() -> None:
     # Qwen3.5's [q | k | v] projection: the layers' two layouts besides a plain tensor.
     next_layout = causal_conv1d.ProjectionLayout(16, 128, 256, 256)
     flat_layout = causal_conv1d.ProjectionLayout(1, 2048, 4096)
-    # Under CP 2 a rank's received buffer: 8 key heads of [q | k | v | b, a], read through the
-    # zigzag layout's row index (the ROWS specialisation).
-    cp_layout = causal_conv1d.ProjectionLayout(8, 128, 256, 4)
     for tokens in TOKEN_COUNTS:
         mixed = torch.randn(1, tokens, 3 * 2048, dtype=torch.bfloat16)
         cu = torch.tensor([0, tokens], dtype=torch.int32)
@@ -70,11 +67,6 @@ def main() -> None:
             w = torch.randn(layout.channels, 1, 4, dtype=torch.bfloat16)
             outputs = causal_conv1d._forward(x, w, cu, layout, 4)
             causal_conv1d._backward(x, w, cu, layout, 4, tuple(torch.randn_like(o) for o in outputs))
-        label[0] = "[qwen3-next-cp2]"
-        x, rows = torch.randn(1, tokens, cp_layout.width, dtype=torch.bfloat16), torch.randperm(tokens)
-        w = torch.randn(cp_layout.channels, 1, 4, dtype=torch.bfloat16)
-        outputs = causal_conv1d._forward(x, w, cu, cp_layout, 4, rows)
-        causal_conv1d._backward(x, w, cu, cp_layout, 4, tuple(torch.randn_like(o) for o in outputs), rows)
         label[0] = ""
         ba = torch.randn(1, tokens, 16, 4, dtype=torch.bfloat16)
         a_log, dt_bias = torch.randn(32, dtype=torch.bfloat16), torch.randn(32, dtype=torch.bfloat16)

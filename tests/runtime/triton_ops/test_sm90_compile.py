@@ -14,7 +14,7 @@ HERE = Path(__file__).resolve().parent
 RUNTIME = HERE.parents[2] / "runtime"
 CONV_KERNELS = ("short_conv_fwd_kernel", "short_conv_bwd_dpre_kernel", "short_conv_bwd_dx_kernel")
 KERNELS = {
-    *(f"{name}{layout}" for name in CONV_KERNELS for layout in ("", "[qwen3-next]", "[qwen3.5]", "[qwen3-next-cp2]")),
+    *(f"{name}{layout}" for name in CONV_KERNELS for layout in ("", "[qwen3-next]", "[qwen3.5]")),
     "gdn_gates_fwd_kernel",
     "gdn_gates_bwd_kernel",
     "l2norm_fwd_kernel",

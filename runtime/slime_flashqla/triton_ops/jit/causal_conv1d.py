@@ -5,11 +5,6 @@ in G groups S columns apart, each group's q, k and v widths QW, QW and VW (Qwen3
 projection lays them out per key head; Qwen3.5's and a plain [B, T, D] tensor are one group):
 `_block_column` finds where a BD-channel block starts, so no gathered copy is ever made. The
 forward writes each section to its own dense tensor, the tensors the GDN kernel takes.
-
-With ROWS (a compile-time flag; off, the kernels compile as without it) the input's tokens are
-permuted: token t is the input's row rows[t]. The forward and the backward's first pass read x
-through it and the backward's dx pass writes through it, so context parallelism's all-to-all
-buffer is convolved where it landed, without a reordered copy (layers/context_parallel.py).
 """
 
 import triton
@@ -74,30 +69,15 @@ def _section(i_d, q, k, v, sq_b, sq_t, sk_b, sk_t, sv_b, sv_t, NQ: tl.constexpr,
 
 
 @triton.jit
-def _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, rows, LAG: tl.constexpr, ROWS: tl.constexpr):
+def _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, LAG: tl.constexpr):
     """x at tokens o_t - LAG, float32, loaded without waiting for the sequence search.
 
     Only rows before the tensor are masked here; rows of an earlier sequence are loaded and
     zeroed by `_own` once the search is done, so these loads are in flight while it runs.
-    With ROWS, token t is x's row rows[t] and x_t0 points at row 0 (`_rows_base`).
     """
+    p_x = x_t0 + (o_l - LAG)[:, None] * sx_t + o_c[None, :]
     m_x = m_t & (o_t - LAG >= 0)
-    if ROWS:
-        r = tl.load(rows + (o_t - LAG), mask=m_x, other=0).to(tl.int64)
-        p_x = x_t0 + r[:, None] * sx_t + o_c[None, :]
-    else:
-        p_x = x_t0 + (o_l - LAG)[:, None] * sx_t + o_c[None, :]
     return tl.load(p_x, mask=m_x[:, None] & m_d[None, :], other=0.0).to(tl.float32)
-
-
-@triton.jit
-def _rows_base(x_b, t0, sx_t, ROWS: tl.constexpr):
-    """Where a tile's rows are addressed from: its first token's row, or x's row 0 when ROWS indexes them."""
-    if ROWS:  # noqa: SIM108 - an if on a constexpr compiles one branch
-        base = x_b
-    else:
-        base = x_b + t0.to(tl.int64) * sx_t
-    return base
 
 
 @triton.jit
@@ -119,20 +99,20 @@ def _tap(w, o_d, m_d, sw_d, sw_w, k):
 
 
 @triton.jit
-def _own_lags(x_t0, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, m_d, o_c, sx_t, rows,
-              W: tl.constexpr, VARLEN: tl.constexpr, ROWS: tl.constexpr):  # fmt: skip
+def _own_lags(x_t0, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, m_d, o_c, sx_t,
+              W: tl.constexpr, VARLEN: tl.constexpr):  # fmt: skip
     """x at lags 0..3 of tokens o_t (W <= 4), each loaded once, before the sequence search, then
     zeroed before each token's own sequence; lags from W on are zero tiles that nothing reads."""
-    x0 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, rows, 0, ROWS)
+    x0 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 0)
     x1 = tl.zeros_like(x0)
     x2 = tl.zeros_like(x0)
     x3 = tl.zeros_like(x0)
     if W > 1:
-        x1 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, rows, 1, ROWS)
+        x1 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 1)
     if W > 2:
-        x2 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, rows, 2, ROWS)
+        x2 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 2)
     if W > 3:
-        x3 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, rows, 3, ROWS)
+        x3 = _lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, 3)
     bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
     if W > 1:
         x1 = _own(x1, o_t, bos, 1)
@@ -157,24 +137,22 @@ def _conv_lags(acc, x0, x1, x2, x3, w, o_d, m_d, sw_d, sw_w, W: tl.constexpr):
 
 
 @triton.jit
-def _conv(x_t0, w, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, o_d, m_d, o_c, sx_t, sw_d, sw_w, rows,
-          W: tl.constexpr, VARLEN: tl.constexpr, ROWS: tl.constexpr):  # fmt: skip
+def _conv(x_t0, w, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, o_d, m_d, o_c, sx_t, sw_d, sw_w,
+          W: tl.constexpr, VARLEN: tl.constexpr):  # fmt: skip
     """sum_k w[k] x[t - (W-1) + k] over the token's own sequence, in float32, for tokens o_t.
 
     x_t0 points at the tile's first token; rows are addressed by int32 offsets from it (o_l
-    local rows), which keeps per-element addresses out of the registers. With ROWS, token t is
-    x's row rows[t] and x_t0 points at x's row 0. The taps are loaded
+    local rows), which keeps per-element addresses out of the registers. The taps are loaded
     first and the sequence search runs while they are in flight.
     """
     acc = tl.zeros((o_t.shape[0], o_c.shape[0]), dtype=tl.float32)
     if W <= 4:
-        x0, x1, x2, x3 = _own_lags(x_t0, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, m_d, o_c, sx_t, rows,
-                                   W, VARLEN, ROWS)  # fmt: skip
+        x0, x1, x2, x3 = _own_lags(x_t0, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, m_d, o_c, sx_t, W, VARLEN)
         acc = _conv_lags(acc, x0, x1, x2, x3, w, o_d, m_d, sw_d, sw_w, W)
     else:
         bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
         for k in tl.static_range(W):
-            b_x = _own(_lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, rows, W - 1 - k, ROWS), o_t, bos, W - 1 - k)
+            b_x = _own(_lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, W - 1 - k), o_t, bos, W - 1 - k)
             acc += b_x * _tap(w, o_d, m_d, sw_d, sw_w, k)
     return acc
 
@@ -189,7 +167,6 @@ def short_conv_fwd_kernel(
     yk,
     yv,
     cu_seqlens,
-    rows,
     T,
     n_seqs,
     n_iter,
@@ -213,7 +190,6 @@ def short_conv_fwd_kernel(
     BD: tl.constexpr,
     TILES: tl.constexpr,
     VARLEN: tl.constexpr,
-    ROWS: tl.constexpr,
 ):
     """y = silu(conv(x)) for TILES tiles of BT tokens x BD channels; y rounded through x's dtype first."""
     i_d, i_tb, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -228,9 +204,9 @@ def short_conv_fwd_kernel(
         t0 = (i_tb * TILES + i_tile) * BT
         o_t = t0 + o_l
         m_t = o_t < T
-        x_t0 = _rows_base(x_b, t0, sx_t, ROWS)
+        x_t0 = x_b + t0.to(tl.int64) * sx_t
         acc = _conv(x_t0, w, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, o_d, m_d, o_c, sx_t, sw_d, sw_w,
-                    rows, W, VARLEN, ROWS)  # fmt: skip
+                    W, VARLEN)  # fmt: skip
         # F.conv1d's output tensor is in x's dtype: the SiLU reads the rounded value.
         b_pre = acc.to(yq.dtype.element_ty).to(tl.float32)
         b_y = b_pre * tl.sigmoid(b_pre)
@@ -248,7 +224,6 @@ def short_conv_bwd_dpre_kernel(
     dpre,
     dw_partial,
     cu_seqlens,
-    rows,
     T,
     n_seqs,
     n_iter,
@@ -274,7 +249,6 @@ def short_conv_bwd_dpre_kernel(
     TILES: tl.constexpr,
     VARLEN: tl.constexpr,
     DEFER: tl.constexpr,
-    ROWS: tl.constexpr,
 ):
     """dpre = dy * silu'(pre) at every token, and one float32 partial dweight [BD, W] per program.
 
@@ -304,17 +278,16 @@ def short_conv_bwd_dpre_kernel(
         o_t = t0 + o_l
         m_t = o_t < T
         m = m_t[:, None] & m_d[None, :]
-        x_t0 = _rows_base(x_b, t0, sx_t, ROWS)
+        x_t0 = x_b + t0.to(tl.int64) * sx_t
         p_dy = dy_b + t0.to(tl.int64) * sdy_t + o_l[:, None] * sdy_t + o_c[None, :]
         b_dy = tl.load(p_dy, mask=m, other=0.0).to(tl.float32)
         if DEFER:
             # Each lag's x tile is loaded once and serves the conv and dweight.
-            x0, x1, x2, x3 = _own_lags(x_t0, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, m_d, o_c, sx_t, rows,
-                                       W, VARLEN, ROWS)  # fmt: skip
+            x0, x1, x2, x3 = _own_lags(x_t0, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, m_d, o_c, sx_t, W, VARLEN)
             acc = _conv_lags(tl.zeros_like(x0), x0, x1, x2, x3, w, o_d, m_d, sw_d, sw_w, W)
         else:
             acc = _conv(x_t0, w, o_l, o_t, m_t, cu_seqlens, n_seqs, n_iter, T, o_d, m_d, o_c, sx_t, sw_d, sw_w,
-                        rows, W, VARLEN, ROWS)  # fmt: skip
+                        W, VARLEN)  # fmt: skip
         b_pre = acc.to(dq.dtype.element_ty).to(tl.float32)
         b_sig = tl.sigmoid(b_pre)
         b_dpre = b_dy * b_sig * (1.0 + b_pre * (1.0 - b_sig))
@@ -331,7 +304,7 @@ def short_conv_bwd_dpre_kernel(
         else:
             bos, _ = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
             for k in tl.static_range(W):
-                b_x = _own(_lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, rows, W - 1 - k, ROWS), o_t, bos, W - 1 - k)
+                b_x = _own(_lagged(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, W - 1 - k), o_t, bos, W - 1 - k)
                 b_dw += tl.where(o_w[None, :] == k, tl.sum(b_dpre * b_x, 0)[:, None], 0.0)
     if DEFER:
         # dweight's tap k is lag W - 1 - k.
@@ -350,7 +323,6 @@ def short_conv_bwd_dx_kernel(
     w,
     dx,
     cu_seqlens,
-    rows,
     T,
     n_seqs,
     n_iter,
@@ -368,7 +340,6 @@ def short_conv_bwd_dx_kernel(
     BD: tl.constexpr,
     TILES: tl.constexpr,
     VARLEN: tl.constexpr,
-    ROWS: tl.constexpr,
 ):
     """dx[t] = sum_j w[W-1-j] dpre[t+j] over t's own sequence, written where the input's channels live."""
     i_d, i_tb, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -403,9 +374,5 @@ def short_conv_bwd_dx_kernel(
         for j in tl.static_range(4, W):
             b_dj = _ahead(dpre_t0, o_l, o_t, m_t, m_d, o_c, D, T, j)
             acc += tl.where((o_t + j < eos)[:, None], b_dj, 0.0) * _tap(w, o_d, m_d, sw_d, sw_w, W - 1 - j)
-        if ROWS:
-            r = tl.load(rows + o_t, mask=m_t, other=0).to(tl.int64)
-            p_dx = dx_b + r[:, None] * sdx_t + o_c[None, :]
-        else:
-            p_dx = dx_b + t0.to(tl.int64) * sdx_t + o_l[:, None] * sdx_t + o_c[None, :]
+        p_dx = dx_b + t0.to(tl.int64) * sdx_t + o_l[:, None] * sdx_t + o_c[None, :]
         tl.store(p_dx, acc.to(dx.dtype.element_ty), mask=m_t[:, None] & m_d[None, :])
