@@ -58,9 +58,6 @@ class Source:
     def record(self, before, cache_dir, record_dir):
         return [{"name": name} for name in self.loaded if name not in before], []
 
-    def import_package(self) -> None:
-        self.log("import", "package")
-
     def specialisations(self, specs, cache_dir, record_dir, use_program):
         self.use_program = use_program
         return [Item(spec, self) for spec in specs]

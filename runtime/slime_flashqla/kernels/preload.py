@@ -13,10 +13,9 @@ what building the kernel's program and loading it does. So:
 The thread never blocks the caller and never raises into it: a problem ends the preload with one
 logged line (logger `slime_flashqla.kernels.preload`). It loads only what was recorded on this
 machine's stack (the fingerprint of kernels/fingerprint.py, which an archive records too) and is
-still in the cache, and refuses any compile (see kernels/tilelang_specs.py). It imports the
-kernel package first and loads in the order a step first uses the kernels (the backend declares
-it), each kernel read and loaded before the next. A training step that needs a kernel before the
-preload reached it builds it itself, as it would without the preload. `SLIME_FLASHQLA_PRELOAD=0`
+still in the cache, and refuses any compile (see kernels/tilelang_specs.py). A training step that
+needs a kernel before the preload reached it builds it itself, as it would without the preload,
+from the recorded program when the preload has filed it already. `SLIME_FLASHQLA_PRELOAD=0`
 turns it off; `=calls` preloads without the recorded programs (each one is built again).
 """
 
@@ -113,14 +112,10 @@ class SpecialisationSource(Protocol):
     def record(self, before: set, cache_dir: Path, record_dir: Path) -> tuple[list[dict], list[str]]:
         """The specs built since `before` (programs written under `record_dir`), and one line per one not recorded."""
 
-    def import_package(self) -> None:
-        """Import the kernel package, as its backend does."""
-
     def specialisations(
         self, specs: list[dict], cache_dir: Path, record_dir: Path, use_program: bool
     ) -> list[Specialisation]:
-        """The specs, loadable, in the order a step first uses them (imports the kernel package); `use_program`:
-        through their recorded programs."""
+        """The specs, loadable (imports the kernel package); `use_program`: through their recorded programs."""
 
     def guard_problem(self) -> str | None:
         """Why loads cannot be kept from compiling here, or None."""
@@ -264,7 +259,7 @@ _one_at_a_time = threading.Lock()  # two preloads at once would only compete for
 
 
 class Preloader:
-    """One background preload: `plan()` runs on the thread, then each item's prepare() and load() in turn."""
+    """One background preload: `plan()` runs on the thread, then every item's prepare(), then every load()."""
 
     def __init__(self, label: str, plan) -> None:
         self.label = label
@@ -305,24 +300,26 @@ class Preloader:
     def _work(self) -> None:
         plan = self._plan()
         self.result.skipped, self.result.note = list(plan.skipped), plan.note
+        timings = []
         with plan.guard():
-            # Each item read and loaded before the next: the first items (what a step's forward
-            # needs first) are loaded before the training thread reaches them, not after every read.
             for item in plan.items:
                 if self._stop.is_set():
                     self.result.note = "stopped early: the process is exiting"
                     return
                 began = time.perf_counter()
                 self.result.programs += bool(item.prepare())
-                read = time.perf_counter()
+                timings.append([item.label, time.perf_counter() - began, 0.0])
+            for index, item in enumerate(plan.items):
                 if self._stop.is_set():
                     self.result.note = "stopped early: the process is exiting"
                     return
+                began = time.perf_counter()
                 if item.load():
                     self.result.loaded += 1
                 else:
                     self.result.present += 1
-                self.result.timings.append((item.label, read - began, time.perf_counter() - read))
+                timings[index][2] = time.perf_counter() - began
+                self.result.timings.append(tuple(timings[index]))
 
     def _report(self) -> None:
         result = self.result
@@ -385,9 +382,6 @@ def _plan(backend: str, key_heads: int, value_heads: int, mode: str, device, cac
     source = kernel_source(name)
     if source is None:
         return Plan(note=f"the {name} backend keeps no recorded specialisations")
-    # First the import the layer's first kernel call needs anyway: begun here, it runs while the
-    # training thread still projects and convolves, and that thread then finds it done or under way.
-    source.import_package()
     recorded = recorded_specs(cache_dir, name, key_heads, value_heads)
     if not recorded:
         return Plan(note=f"none recorded in {record_dir(cache_dir)} (run slime-flashqla warmup)")

@@ -361,15 +361,10 @@ class TileLangPackage:
         """The call forms built since `before` (see `record`)."""
         return record(jit_factories(self.declared.package), before, cache_dir, record_dir)
 
-    def import_package(self) -> None:
-        """Import the package as its backend does."""
-        self.declared.importer()
-
     def specialisations(self, specs: list[dict], cache_dir: Path, record_dir: Path, use_program: bool):
-        """Import the package and return the specs as loadable specialisations, in the order a step first uses them."""
+        """Import the package (as its backend does) and return the specs as loadable specialisations."""
         self.declared.importer()
-        ordered = sorted(specs, key=lambda spec: self.declared.first_use_rank(spec["factory"]))  # stable
-        return specialisations(ordered, cache_dir, record_dir, use_program)
+        return specialisations(specs, cache_dir, record_dir, use_program)
 
     def compile_ahead(self, steps, threads: int, lock):
         """Import the package, find the kernels `steps()` calls and compile them on `threads` threads (a Prefetch)."""

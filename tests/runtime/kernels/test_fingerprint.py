@@ -108,9 +108,7 @@ def test_a_changed_version_is_refused_by_the_archive_import_and_the_preload_nami
     assert message.count(" (archive) vs ") == 1  # that field alone
 
     preloader = start_kernel_preload("testing", 2, 4, cache_dir=tmp_path / "cache")
-    # The kernel package is imported (the layer's first call would import it anyway); nothing is read or loaded.
-    assert preloader.wait(30) and preloader.result.loaded == 0
-    assert [phase for phase, _, _ in source.events] == ["import"]
+    assert preloader.wait(30) and preloader.result.loaded == 0 and source.events == []
     assert preloader.result.note == (
         f"stopped: recorded on another stack ({distribution} {before} there, 9.9.9 here); "
         "run slime-flashqla warmup again"

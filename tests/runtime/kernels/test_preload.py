@@ -124,10 +124,9 @@ def test_the_preload_runs_on_its_own_thread_without_blocking_the_caller(backend,
     caller = threading.current_thread().name
     threads = {thread for _, _, thread in backend.events}
     assert threads == {"slime-flashqla preload testing 2/4"} and caller not in threads
-    # The kernel package first; then each kernel read and loaded before the next, in the recorded order.
+    # Every recorded program is filed before any kernel is loaded, both in the recorded order.
     assert [(phase, label) for phase, label, _ in backend.events] == [
-        ("import", "package"), ("prepare", "a"), ("load", "a"), ("prepare", "b"), ("load", "b"),
-        ("prepare", "c"), ("load", "c"),
+        ("prepare", "a"), ("prepare", "b"), ("prepare", "c"), ("load", "a"), ("load", "b"), ("load", "c"),
     ]  # fmt: skip
     assert backend.guarded == ["enter", "exit"]  # the loads ran inside the backend's compile guard
     result = preloader.result
@@ -203,7 +202,7 @@ def test_records_of_another_stack_are_not_loaded(backend, tmp_path, caplog, monk
     with caplog.at_level(logging.INFO, logger=preload.logger.name):
         preloader = start_kernel_preload("testing", 2, 4, cache_dir=cache)
         assert preloader.wait(30)
-    assert [phase for phase, _, _ in backend.events] == ["import"] and preloader.result.loaded == 0  # nothing read
+    assert backend.events == [] and preloader.result.loaded == 0
     assert preloader.result.note == (
         f"stopped: recorded on another stack (tilelang {recorded} there, 9.9.9 here); run slime-flashqla warmup again"
     )
@@ -264,12 +263,12 @@ def test_a_stopped_preload_loads_nothing_more(backend, tmp_path):
     warm(backend, cache, "layer", names=["a", "b"])
     backend.gate.clear()
     preloader = start_kernel_preload("testing", 2, 4, cache_dir=cache)
-    while not any(phase == "prepare" for phase, _, _ in backend.events):
+    while not backend.events:
         time.sleep(0.01)
     preloader.stop()  # what the process's exit does
     backend.gate.set()
     assert preloader.wait(30)
-    assert [phase for phase, _, _ in backend.events] == ["import", "prepare"] and preloader.result.loaded == 0
+    assert [phase for phase, _, _ in backend.events] == ["prepare"] and preloader.result.loaded == 0
 
 
 def test_a_layer_starts_its_backends_preload_at_construction(monkeypatch):

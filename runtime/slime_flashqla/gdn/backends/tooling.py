@@ -18,14 +18,6 @@ class TileLangSource:
 
     package: str  # import name, e.g. "flash_qla"
     importer: Callable[[], object]  # imports the package the way its backend does
-    # The factories' modules (last dotted part) in the order a training step first calls them: a
-    # preload loads in this order, so that what the first forward needs is loaded first.
-    first_use: tuple[str, ...] = ()
-
-    def first_use_rank(self, factory: str) -> int:
-        """Where a factory ('module:qualname') comes in `first_use`; after all of them when unlisted."""
-        module = factory.partition(":")[0].rpartition(".")[2]
-        return self.first_use.index(module) if module in self.first_use else len(self.first_use)
 
 
 class ToolHooks:

@@ -113,11 +113,7 @@ class FlashQLABackend(GDNBackend):
     @functools.cached_property
     def tilelang(self) -> TileLangSource:
         """FlashQLA's TileLang factories, as a source of what `warmup` records and a layer preloads."""
-        # flash-qla 0.1.3's chunk_gated_delta_rule_fwd: the gates' cumsum, kkt_solve, its intra-card
-        # CP kernels, the fused forward; its backward: the states again (prepare_h), the CP and
-        # fused backward, the GVA group reduction.
-        first_use = ("cumsum", "kkt_solve", "cp_fwd", "fused_fwd", "prepare_h", "cp_bwd", "fused_bwd", "group_reduce")
-        return TileLangSource("flash_qla", _flash_qla_kernel, first_use)
+        return TileLangSource("flash_qla", _flash_qla_kernel)
 
     def library_fn(self):
         """flash_qla's own function, as FLA >= 0.6 forwards slime's call: it normalises q/k itself."""
