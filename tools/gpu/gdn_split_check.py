@@ -29,6 +29,7 @@ from types import SimpleNamespace
 
 import torch
 
+from slime_flashqla.bench.timing import gpu_ms_by_kernel
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
 from slime_flashqla.layers.context_parallel import zigzag_layout
 from slime_flashqla.workload.models import gdn_layer_config
@@ -200,7 +201,7 @@ def _time_layer(layer, x, cu, dy, iters):
     return statistics.median(times), activation
 
 
-def _cost_one(model, tokens, tp, cp, backend, iters, sequence):
+def _cost_one(model, tokens, tp, cp, backend, iters, sequence, profile=False):
     """One process standing for rank 0 of a TP x CP world (fake collectives): its time and activations."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -220,7 +221,11 @@ def _cost_one(model, tokens, tp, cp, backend, iters, sequence):
         x = torch.randn(1, local, SHAPES[model][2], device=device, dtype=torch.bfloat16)
         dy = torch.randn_like(x)
         ms, activation = _time_layer(layer, x, cu, dy, iters)
-        return {"ms": ms, "activation_bytes": activation}
+        row = {"ms": ms, "activation_bytes": activation}
+        if profile:
+            step = lambda: layer(x.detach().requires_grad_(), cu_seqlens=cu).backward(dy)  # noqa: E731
+            row["profile"] = gpu_ms_by_kernel(step, top=18)
+        return row
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -228,14 +233,15 @@ def _cost_one(model, tokens, tp, cp, backend, iters, sequence):
 
 def cost(args) -> list[dict]:
     rows = []
+    splits = [tuple(int(n) for n in s.split("x")) for s in args.splits.split(",")] if args.splits else SPLITS
     for model in args.models.split(","):
         for tokens in (int(t) for t in args.tokens.split(",")):
-            base = _cost_one(model, tokens, 1, 1, args.backend, args.iters, args.sequence)
-            for tp, cp in [(1, 1), *SPLITS]:
+            base = _cost_one(model, tokens, 1, 1, args.backend, args.iters, args.sequence, args.profile)
+            for tp, cp in [(1, 1), *splits]:
                 got = (
                     base
                     if (tp, cp) == (1, 1)
-                    else _cost_one(model, tokens, tp, cp, args.backend, args.iters, args.sequence)
+                    else _cost_one(model, tokens, tp, cp, args.backend, args.iters, args.sequence, args.profile)
                 )
                 memory_ratio = got["activation_bytes"] / base["activation_bytes"]
                 row = {
@@ -243,7 +249,9 @@ def cost(args) -> list[dict]:
                     "memory_ratio": memory_ratio, "target": 1.15 / (tp * cp),
                 }  # fmt: skip
                 rows.append(row)
-                print(json.dumps(row), flush=True)
+                print(json.dumps({k: v for k, v in row.items() if k != "profile"}), flush=True)
+                for name, ms in row.get("profile", {}).get("kernels", []):
+                    print(f"  {ms:8.3f} ms  {name}", flush=True)
     print(
         f"{'model':<11} {'tokens':>7} {'TP':>3} {'CP':>3} {'ms':>9} {'act GiB':>8} {'time x':>7} {'mem x':>7} {'<=':>6}"
     )
@@ -265,6 +273,8 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--sequence", type=int, default=16384, help="cost packs' sequence length (default: %(default)s)"
     )
+    parser.add_argument("--splits", default="", help="cost: TPxCP splits, e.g. 1x2,2x1 (default: all eight)")
+    parser.add_argument("--profile", action="store_true", help="cost: add each row's GPU ms by kernel (torch.profiler)")
     parser.add_argument("--iters", type=int, default=5, help="timed steps per cost row (default: %(default)s)")
     parser.add_argument("--parity-splits", type=int, default=len(PARITY_SPLITS), help="parity: the first N splits")
     parser.add_argument("--json", help="write the rows here")

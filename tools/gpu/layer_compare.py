@@ -4,7 +4,7 @@ A measurement script, not a test (pytest does not collect it). On a GPU node wit
 
     PYTHONPATH=/tmp/site:$PWD/runtime python3 tools/gpu/layer_compare.py [--slime-source DIR] \
         [--variants ours,slime-flashqla,slime-fla,megatron-core] [--models qwen3-next,qwen3.5] \
-        [--packs 8192+24576,...] [--profile 8192+24576] [--json F]
+        [--packs 8192+24576,...] [--profile 8192+24576] [--no-grad] [--json F]
 
 Variants: `ours` (this package's layer, `auto` backend), `slime-flashqla` (slime's layer with
 `--qwen-gdn-backend flashqla`), `slime-fla` (slime's default, FLA's own kernels: FLA_FLASH_QLA=0
@@ -19,7 +19,8 @@ each peer's output and input gradient are compared with ours on the pack (with M
 fused input RMSNorm, against ours after a unit-gamma RMSNorm). Timing:
 forward+backward of one fixed output gradient, CUDA events around each step, rounds of steps
 alternating between the variants after warm-up, median; peak memory: max_memory_allocated during
-a step minus what was allocated before it. --profile adds a torch.profiler table of GPU time by
+a step minus what was allocated before it. --no-grad times the forward alone under torch.no_grad
+(an RL step's log-prob passes) instead. --profile adds a torch.profiler table of GPU time by
 kernel for each variant at that pack. The last line is JSON.
 """
 
@@ -39,6 +40,7 @@ os.environ.setdefault("FLA_FLASH_QLA", "0")  # slime-fla means FLA's own kernels
 import torch
 
 from slime_flashqla.bench.megatron_layer import megatron_layer_problem, megatron_note, parity_reference
+from slime_flashqla.bench.timing import gpu_ms_by_kernel
 from slime_flashqla.bench.variants import megatron_peer
 from slime_flashqla.integrations.slime.source import slime_gdn_layer_class
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
@@ -75,8 +77,16 @@ def build(model, variant, cfg, source, seed=0):
     return theirs
 
 
-def step_fn(layer, x, cu, dy):
+def step_fn(layer, x, cu, dy, no_grad=False):
     params = list(layer.parameters())
+
+    if no_grad:
+
+        def forward():
+            with torch.no_grad():
+                layer(x, cu_seqlens=cu)
+
+        return forward
 
     def step():
         out = layer(x, cu_seqlens=cu)
@@ -92,22 +102,6 @@ def rel(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-def profile_table(step, steps=3, top=14):
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-    by_name = defaultdict(float)
-    for event in prof.key_averages():
-        if event.device_type.name == "CUDA" or getattr(event, "self_device_time_total", 0):
-            by_name[event.key] += getattr(event, "self_device_time_total", 0) / 1e3 / steps
-    rows = sorted(by_name.items(), key=lambda kv: -kv[1])
-    return {"total_ms": sum(by_name.values()), "kernels": [(k[:90], round(ms, 3)) for k, ms in rows[:top]]}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slime-source", help="slime's checkout (needed by the slime-* variants)")
@@ -120,6 +114,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=5, help="steps per variant per round")
     parser.add_argument("--profile", default="", help="pack to profile each variant at")
+    parser.add_argument("--no-grad", action="store_true", help="time the forward under torch.no_grad instead")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     hk, hv = (int(h) for h in args.heads.split("/"))
@@ -167,7 +162,7 @@ def main() -> None:
             ref = {v: outs.get(f"{v} reference", outs["ours"]) for v in variants}
             parity = {v: {"out": rel(outs[v][0], ref[v][0]), "dx": rel(outs[v][1], ref[v][1])}
                       for v in variants if v != "ours"}  # fmt: skip
-            steps = {v: step_fn(layer, x, cu, dy) for v, layer in layers.items()}
+            steps = {v: step_fn(layer, x, cu, dy, args.no_grad) for v, layer in layers.items()}
             for step in steps.values():
                 for _ in range(args.warmup):
                     step()
@@ -197,7 +192,7 @@ def main() -> None:
             print(f"{model:10} {pack:34} {cells} | {ratios} | parity {parity}", flush=True)
             if pack == args.profile:
                 for v, step in steps.items():
-                    report["profiles"][f"{model} {v} {pack}"] = table = profile_table(step)
+                    report["profiles"][f"{model} {v} {pack}"] = table = gpu_ms_by_kernel(step)
                     print(f"-- profile {model} {v} {pack}: {table['total_ms']:.2f} GPU ms/step", flush=True)
                     for name, ms in table["kernels"]:
                         print(f"   {ms:8.3f}  {name}", flush=True)

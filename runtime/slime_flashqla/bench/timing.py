@@ -161,3 +161,22 @@ def summarize(
         host_ms=statistics.median(host_ms) if host_ms else None,
         host_bound_rounds=host_bound_rounds,
     )
+
+
+def gpu_ms_by_kernel(step: Callable[[], object], steps: int = 3, top: int = 14) -> dict:
+    """GPU milliseconds per call of `step`, by kernel name (torch.profiler), the `top` largest and the total."""
+    from collections import defaultdict
+
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    by_name: dict[str, float] = defaultdict(float)
+    for event in prof.key_averages():
+        if event.device_type.name == "CUDA" or getattr(event, "self_device_time_total", 0):
+            by_name[event.key] += getattr(event, "self_device_time_total", 0) / 1e3 / steps
+    rows = sorted(by_name.items(), key=lambda kv: -kv[1])
+    return {"total_ms": sum(by_name.values()), "kernels": [(k[:90], round(ms, 3)) for k, ms in rows[:top]]}

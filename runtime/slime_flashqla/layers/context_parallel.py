@@ -21,6 +21,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from slime_flashqla.layers.tensor_parallel import ShardRule
+from slime_flashqla.triton_ops.word_copy import contiguous_words, copy_words
+
+# Columns per head group that the gathered rows are padded to a multiple of: the short conv reads
+# a group's columns at a runtime stride, and Triton keeps 16-byte vector loads only for an
+# integer argument it has specialised as divisible by 16.
+GROUP_ALIGN = 16
 
 
 class ContextParallelError(ValueError):
@@ -80,7 +86,7 @@ def zigzag_layout(offsets: list[int], size: int, device) -> ZigzagLayout:
 def _all_to_all(x: torch.Tensor, group) -> torch.Tensor:
     import torch.distributed as dist
 
-    x = x.contiguous()
+    x = contiguous_words(x)
     out = torch.empty_like(x)
     dist.all_to_all_single(out, x, group=group)
     return out
@@ -109,7 +115,9 @@ class Piece:
 
 
 class _GatherHeads(torch.autograd.Function):
-    """Projection outputs -> ([1, T, G, sum f] for this rank's head group, the kept pieces' copies).
+    """Projection outputs -> ([1, T, G, sum f + pad] for this rank's head group, the kept pieces' copies).
+
+    Each group's row is padded to a multiple of GROUP_ALIGN columns; the padding is never written.
 
     The backward writes each projection output's gradient into one buffer through the same views,
     instead of autograd's zero-filled buffer per view and their sum.
@@ -120,13 +128,14 @@ class _GatherHeads(torch.autograd.Function):
         sent = [piece.view(bases[piece.base]) for piece in pieces if not piece.kept]
         widths = [part.shape[-1] for part in sent]
         tokens, _, groups, _ = sent[0].shape
-        send = sent[0].new_empty((size, tokens, groups, sum(widths)))
+        padded = sum(widths) + (-sum(widths)) % GROUP_ALIGN
+        send = sent[0].new_empty((size, tokens, groups, padded))
         for start, part in zip(itertools.accumulate([0, *widths]), sent, strict=False):
-            send[..., start : start + part.shape[-1]].copy_(part.transpose(0, 1))
+            copy_words(send[..., start : start + part.shape[-1]], part.transpose(0, 1))
         ctx.layout, ctx.group, ctx.size, ctx.widths, ctx.pieces = layout, group, size, widths, pieces
         ctx.bases = [(b.shape, b.dtype, b.device) for b in bases]
-        whole = _to_heads(send.view(size, tokens, -1), layout, group).view(1, -1, groups, sum(widths))
-        kept = [piece.view(bases[piece.base]).contiguous() for piece in pieces if piece.kept]
+        whole = _to_heads(send.view(size, tokens, -1), layout, group).view(1, -1, groups, padded)
+        kept = [contiguous_words(piece.view(bases[piece.base])) for piece in pieces if piece.kept]
         return (whole, *kept)
 
     @staticmethod
@@ -143,10 +152,10 @@ class _GatherHeads(torch.autograd.Function):
             covered[piece.base] += target.numel()
             if piece.kept:
                 source = next(kept)
-                target.copy_(source) if source is not None else target.zero_()
+                copy_words(target, source) if source is not None else target.zero_()
             else:
                 start, size = next(sent)
-                target.copy_(back[..., start : start + size].transpose(0, 1))
+                copy_words(target, back[..., start : start + size].transpose(0, 1))
         for buffer, count in zip(buffers, covered, strict=True):
             if count != buffer.numel():  # pragma: no cover - every caller's pieces cover their projection
                 raise AssertionError("the exchange's pieces must cover each projection output exactly")
@@ -161,7 +170,8 @@ class _ScatterHeads(torch.autograd.Function):
         _, _, groups, width = whole.shape
         ctx.layout, ctx.group, ctx.size = layout, group, size
         back = _to_tokens(whole.reshape(-1, groups * width), layout, group, size)
-        return back.view(size, -1, groups, width).transpose(0, 1).reshape(1, -1, size * groups, width)
+        by_token = contiguous_words(back.view(size, -1, groups, width).transpose(0, 1))
+        return by_token.view(1, -1, size * groups, width)
 
     @staticmethod
     def backward(ctx, grad):

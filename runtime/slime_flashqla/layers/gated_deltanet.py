@@ -327,9 +327,11 @@ class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
             Piece(0, lambda t: t.view(batch, tokens, heads, width)[..., 2 * k_dim + v_dim :], kept=True),
         ]
         mixed, z = self._gathered(layout, pieces, qkvz, ba)
-        conv_layout = ProjectionLayout(self.kernel_config.num_key_heads, k_dim, v_dim, 2 * group)
+        own_heads = self.kernel_config.num_key_heads
+        # b, a and the exchange's padding (context_parallel.GROUP_ALIGN) follow v in each group.
+        conv_layout = ProjectionLayout(own_heads, k_dim, v_dim, mixed.shape[-1] // own_heads - 2 * k_dim - v_dim)
         query, key, value, gates = short_conv_silu(mixed, conv_weight, cu_seqlens, conv_layout)
-        return query, key, value, z, gates[..., :group], gates[..., group:]
+        return query, key, value, z, gates[..., :group], gates[..., group : 2 * group]
 
 
 class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
@@ -386,9 +388,10 @@ class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
         ]  # fmt: skip
         (mixed,) = self._gathered(layout, pieces, qkv, ba)
         own = self.kernel_config
-        conv_layout = ProjectionLayout(1, own.key_dim, own.value_dim, 2 * own.num_value_heads)
+        conv_layout = ProjectionLayout(1, own.key_dim, own.value_dim, mixed.shape[-1] - 2 * own.key_dim - own.value_dim)
         query, key, value, gates = short_conv_silu(mixed, conv_weight, cu_seqlens, conv_layout)
-        return query, key, value, z, gates[..., : own.num_value_heads], gates[..., own.num_value_heads :]
+        heads = own.num_value_heads
+        return query, key, value, z, gates[..., :heads], gates[..., heads : 2 * heads]
 
 
 def init_like_checkpoint(layer: _GatedDeltaNetBase, std: float = 0.02) -> None:

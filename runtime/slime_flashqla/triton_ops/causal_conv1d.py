@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from slime_flashqla.triton_ops._host import cdiv, check_float, next_power_of_2, on_tensor_device
+from slime_flashqla.triton_ops.word_copy import copy_words
 
 MAX_WIDTH = 8
 
@@ -294,7 +295,7 @@ class ShortConvSilu(torch.autograd.Function):
             if dz is None:
                 target.zero_()
             else:
-                target.copy_(dz)
+                copy_words(target, dz)
         return dproj, dweight, None, None, None
 
 
