@@ -3,7 +3,8 @@
 A measurement script, not a test (pytest does not collect it). On a GPU node with flash-qla:
 
     PYTHONPATH=/tmp/site:$PWD/runtime python3 tools/gpu/gdn_split_check.py parity [--json F]
-    PYTHONPATH=/tmp/site:$PWD/runtime python3 tools/gpu/gdn_split_check.py cost [--tokens 65536,262144] [--json F]
+    PYTHONPATH=/tmp/site:$PWD/runtime python3 tools/gpu/gdn_split_check.py cost [--tokens 65536,262144] \
+        [--splits 1x2,2x1] [--profile] [--json F]
 
 parity: the ranks as processes on one GPU, gloo carrying the CUDA tensors through host memory,
 each layer built whole and split with `compute_on_share` (as slime's Attention does), bf16 on
@@ -15,7 +16,8 @@ cost: one process standing for rank 0 of a TP x CP world whose collectives are n
 fake process group): what that rank computes and holds, without communication. Forward+backward
 time (CUDA events, median of --iters) and activation memory (allocated after the forward, less
 the input, the output and what was allocated before) against the unsplit layer at the same pack,
-as a ratio to be read against 1/(TP x CP). The last line of each mode is JSON.
+as a ratio to be read against 1/(TP x CP); --profile adds each row's GPU time by kernel
+(torch.profiler). The last line of each mode is JSON.
 """
 
 from __future__ import annotations
