@@ -18,7 +18,7 @@ def _as_words(t: torch.Tensor) -> torch.Tensor | None:
     ratio = _WORD.itemsize // t.element_size()
     if ratio <= 1:
         return None
-    if t.stride(-1) != 1 or t.shape[-1] % ratio or t.storage_offset() % ratio:
+    if t.stride(-1) != 1 or t.shape[-1] % ratio or t.storage_offset() % ratio or t.data_ptr() % _WORD.itemsize:
         return None
     if any(stride % ratio for size, stride in zip(t.shape[:-1], t.stride()[:-1], strict=True) if size > 1):
         return None

@@ -26,6 +26,7 @@ def _projection(dtype):
         lambda x: x[..., 1:5],  # an offset no word boundary meets
         lambda x: x[..., :6],  # a width no word holds whole
         lambda x: x[:, ::3, :8],  # a stride of whole words, a step over groups
+        lambda x: x[:0, :, :512],  # no tokens (an empty rank's share)
     ],
 )
 def test_copy_matches_torch_bit_for_bit(dtype, select):
@@ -46,6 +47,8 @@ def test_words_taken_only_where_the_layout_allows():
     assert _as_words(x[..., :6]) is None  # 6 elements: a word and a half
     assert _as_words(x[..., ::2]) is None  # last dim strided
     assert _as_words(_projection(torch.float64)) is None  # already 8-byte elements
+    odd_base = torch.empty(4 * 64 + 2, dtype=torch.uint8)[2:].view(torch.bfloat16).view(4, 32)
+    assert odd_base.data_ptr() % 8 and _as_words(odd_base) is None  # a storage not 8-byte aligned
 
 
 def test_mismatched_shapes_or_dtypes_fall_back_to_torch():
