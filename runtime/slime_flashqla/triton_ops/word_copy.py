@@ -20,7 +20,7 @@ def _as_words(t: torch.Tensor) -> torch.Tensor | None:
         return None
     if t.stride(-1) != 1 or t.shape[-1] % ratio or t.storage_offset() % ratio or t.data_ptr() % _WORD.itemsize:
         return None
-    if any(stride % ratio for size, stride in zip(t.shape[:-1], t.stride()[:-1], strict=True) if size > 1):
+    if any(stride % ratio for stride in t.stride()[:-1]):  # torch's view(dtype) asks it of size-1 dims too
         return None
     return t.view(_WORD)
 

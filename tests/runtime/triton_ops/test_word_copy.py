@@ -47,6 +47,7 @@ def test_words_taken_only_where_the_layout_allows():
     assert _as_words(x[..., :6]) is None  # 6 elements: a word and a half
     assert _as_words(x[..., ::2]) is None  # last dim strided
     assert _as_words(_projection(torch.float64)) is None  # already 8-byte elements
+    assert _as_words(torch.zeros(64, dtype=torch.bfloat16).as_strided((1, 8), (3, 1))) is None  # a size-1 dim
     odd_base = torch.empty(4 * 64 + 2, dtype=torch.uint8)[2:].view(torch.bfloat16).view(4, 32)
     assert odd_base.data_ptr() % 8 and _as_words(odd_base) is None  # a storage not 8-byte aligned
 
