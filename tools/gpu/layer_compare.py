@@ -40,7 +40,7 @@ os.environ.setdefault("FLA_FLASH_QLA", "0")  # slime-fla means FLA's own kernels
 import torch
 
 from slime_flashqla.bench.megatron_layer import megatron_layer_problem, megatron_note, parity_reference
-from slime_flashqla.bench.timing import gpu_ms_by_kernel
+from slime_flashqla.bench.timing import gpu_ms_by_kernel, kernel_table_lines
 from slime_flashqla.bench.variants import megatron_peer
 from slime_flashqla.integrations.slime.source import slime_gdn_layer_class
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
@@ -194,8 +194,7 @@ def main() -> None:
                 for v, step in steps.items():
                     report["profiles"][f"{model} {v} {pack}"] = table = gpu_ms_by_kernel(step)
                     print(f"-- profile {model} {v} {pack}: {table['total_ms']:.2f} GPU ms/step", flush=True)
-                    for name, ms in table["kernels"]:
-                        print(f"   {ms:8.3f}  {name}", flush=True)
+                    print("\n".join(kernel_table_lines(table)), flush=True)
             del x, dy, outs, steps
         del layers
         torch.cuda.empty_cache()

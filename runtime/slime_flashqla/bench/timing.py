@@ -180,3 +180,8 @@ def gpu_ms_by_kernel(step: Callable[[], object], steps: int = 3, top: int = 14) 
             by_name[event.key] += getattr(event, "self_device_time_total", 0) / 1e3 / steps
     rows = sorted(by_name.items(), key=lambda kv: -kv[1])
     return {"total_ms": sum(by_name.values()), "kernels": [(k[:90], round(ms, 3)) for k, ms in rows[:top]]}
+
+
+def kernel_table_lines(table: dict) -> list[str]:
+    """`gpu_ms_by_kernel`'s table as printable lines, one per kernel: GPU ms, then its name."""
+    return [f"   {ms:8.3f} ms  {name}" for name, ms in table["kernels"]]
