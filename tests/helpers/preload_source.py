@@ -31,6 +31,8 @@ class Item:
         self.source.log("load", self.label)
         if self.label in self.source.failing:
             raise RuntimeError(f"cannot load {self.label}\nsecond line")
+        if self.label in self.source.refusing:
+            raise preload.LoadRefused(f"{self.label} would compile")
         return True
 
 
@@ -41,7 +43,7 @@ class Source:
         self.events: list[tuple[str, str, str]] = []
         self.gate = threading.Event()
         self.gate.set()
-        self.missing, self.failing = set(), set()
+        self.missing, self.failing, self.refusing = set(), set(), set()
         self.loaded: list[str] = []  # what the "kernel package" has built in this process
         self.use_program = None
         self.guarded = []

@@ -13,10 +13,12 @@ what building the kernel's program and loading it does. So:
 The thread never blocks the caller and never raises into it: a problem ends the preload with one
 logged line (logger `slime_flashqla.kernels.preload`). It loads only what was recorded on this
 machine's stack (the fingerprint of kernels/fingerprint.py, which an archive records too) and is
-still in the cache, and refuses any compile (see kernels/tilelang_specs.py). A training step that
-needs a kernel before the preload reached it builds it itself, as it would without the preload,
-from the recorded program when the preload has filed it already. `SLIME_FLASHQLA_PRELOAD=0`
-turns it off; `=calls` preloads without the recorded programs (each one is built again).
+still in the cache, and refuses any compile (see kernels/tilelang_specs.py): a specialisation that
+would compile is skipped, said in that line, and the rest still loaded. A training step that
+needs a kernel before the preload reached it (or one it skipped) builds it itself, as it would
+without the preload, from the recorded program when the preload has filed it already.
+`SLIME_FLASHQLA_PRELOAD=0` turns it off; `=calls` preloads without the recorded programs (each
+one is built again).
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ logger = logging.getLogger(__name__)
 
 class PreloadSettingError(ValueError):
     """SLIME_FLASHQLA_PRELOAD holds a value this module does not know."""
+
+
+class LoadRefused(RuntimeError):
+    """One specialisation could not be loaded without a compile: the preload skips it and goes on."""
 
 
 def preload_mode(environ=None) -> str:
@@ -93,7 +99,7 @@ class Specialisation(Protocol):
         """Read what the load needs (the recorded program); True when a recorded program was read."""
 
     def load(self) -> bool:
-        """Load the kernel; False when the training thread had loaded it already."""
+        """Load the kernel; False when the training thread had loaded it already; raises LoadRefused for a compile."""
 
 
 @runtime_checkable
@@ -314,10 +320,15 @@ class Preloader:
                     self.result.note = "stopped early: the process is exiting"
                     return
                 began = time.perf_counter()
-                if item.load():
-                    self.result.loaded += 1
-                else:
-                    self.result.present += 1
+                try:
+                    if item.load():
+                        self.result.loaded += 1
+                    else:
+                        self.result.present += 1
+                except LoadRefused as refused:
+                    # One spec whose recorded program no longer names its cache entry: the training
+                    # step that needs it builds it itself; the others are still worth loading.
+                    self.result.skipped.append(f"{item.label}: {one_line(refused)}")
                 timings[index][2] = time.perf_counter() - began
                 self.result.timings.append(tuple(timings[index]))
 

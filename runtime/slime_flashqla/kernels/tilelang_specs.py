@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from slime_flashqla.errors import one_line
 from slime_flashqla.kernels.compile_log import TILELANG_COMPILE
+from slime_flashqla.kernels.preload import LoadRefused
 from slime_flashqla.kernels.tilelang_prefetch import compile_ahead as _compile_ahead
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ PROGRAMS = "programs"  # under the record directory: <cache key>.json.gz
 KERNEL_LOGGER = "tilelang.jit.kernel"  # where JITKernel logs a real compile (tilelang/jit/kernel.py)
 
 
-class CompileRefused(RuntimeError):
+class CompileRefused(LoadRefused):
     """TileLang was about to compile a kernel in a preload thread."""
 
 

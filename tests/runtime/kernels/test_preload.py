@@ -182,6 +182,19 @@ def test_an_error_ends_the_preload_with_one_logged_line_and_never_reaches_the_ca
     assert "\n" not in lines[0].getMessage() and "stopped: cannot load b" in lines[0].getMessage()
 
 
+def test_a_spec_that_would_compile_is_skipped_and_the_rest_still_loaded(backend, tmp_path, caplog):
+    cache = tmp_path / "cache"
+    warm(backend, cache, "layer", names=["a", "b", "c"])
+    backend.refusing = {"b"}
+    with caplog.at_level(logging.INFO, logger=preload.logger.name):
+        preloader = start_kernel_preload("testing", 2, 4, cache_dir=cache)
+        assert preloader.wait(30)
+    result = preloader.result
+    assert [label for phase, label, _ in backend.events if phase == "load"] == ["a", "b", "c"]
+    assert (result.loaded, result.skipped, result.note) == (2, ["b: b would compile"], "")
+    assert caplog.records[-1].levelno == logging.WARNING and "1 skipped (b: b would compile)" in caplog.messages[-1]
+
+
 def test_what_is_no_longer_loadable_is_skipped_and_said(backend, tmp_path, caplog):
     cache = tmp_path / "cache"
     warm(backend, cache, "layer", names=["a", "gone", "c"])
