@@ -5,6 +5,7 @@ A measurement script, not a test (pytest does not collect it). On a GPU node wit
     PYTHONPATH=/tmp/site:$PWD/runtime python3 tools/gpu/gdn_split_check.py parity [--json F]
     PYTHONPATH=/tmp/site:$PWD/runtime python3 tools/gpu/gdn_split_check.py cost [--tokens 65536,262144] \
         [--splits 1x2,2x1] [--profile] [--json F]
+    PYTHONPATH=/tmp/site:$PWD/runtime python3 tools/gpu/gdn_split_check.py host --tokens 65536 --splits 8x1,1x8
 
 parity: the ranks as processes on one GPU, gloo carrying the CUDA tensors through host memory,
 each layer built whole and split with `compute_on_share` (as slime's Attention does), bf16 on
@@ -14,10 +15,16 @@ reference, beside the unsplit bf16 layer's own error against the same reference.
 
 cost: one process standing for rank 0 of a TP x CP world whose collectives are no-ops (torch's
 fake process group): what that rank computes and holds, without communication. Forward+backward
-time (CUDA events, median of --iters) and activation memory (allocated after the forward, less
-the input, the output and what was allocated before) against the unsplit layer at the same pack,
-as a ratio to be read against 1/(TP x CP); --profile adds each row's GPU time by kernel
-(torch.profiler). The last line of each mode is JSON.
+time, median of --iters, two ways: queued back to back with CUDA events around each step (the
+host's pace shows where it is slower than the GPU), and with the host held ahead of the device
+(bench.timing.device_samples: the GPU's own time, beside the host's time to queue one step).
+Activation memory (allocated after the forward, less the input, the output and what was
+allocated before) in a pass of its own. Each against the unsplit layer at the same pack, as a
+ratio to be read against 1/(TP x CP); --profile adds each row's GPU time by kernel
+(torch.profiler).
+
+host: the same rows, each a cProfile of --iters steps queued behind a held device: the host's time per step by
+function, to find what makes a small share host-bound. The last line of each mode is JSON.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from types import SimpleNamespace
 
 import torch
 
-from slime_flashqla.bench.timing import gpu_ms_by_kernel
+from slime_flashqla.bench.timing import device_samples, gpu_ms_by_kernel, kernel_table_lines, samples, warm
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
 from slime_flashqla.layers.context_parallel import zigzag_layout
 from slime_flashqla.workload.models import gdn_layer_config
@@ -180,30 +187,54 @@ def parity(args) -> list[dict]:
 # ---- cost -----------------------------------------------------------------------------------
 
 
+def _step(layer, x, cu, dy):
+    """One forward+backward of `layer` on a fresh leaf of `x`, its gradients dropped first (no accumulation kernels)."""
+
+    def step():
+        for param in layer.parameters():
+            param.grad = None
+        layer(x.detach().requires_grad_(), cu_seqlens=cu).backward(dy)
+
+    return step
+
+
+def _activation_bytes(layer, x, cu, dy) -> int:
+    """What the forward leaves allocated for the backward (less the output), in a pass of its own."""
+    xi = x.detach().requires_grad_()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    out = layer(xi, cu_seqlens=cu)
+    torch.cuda.synchronize()
+    activation = torch.cuda.memory_allocated() - before - out.numel() * out.element_size()
+    out.backward(dy)
+    torch.cuda.synchronize()
+    return activation
+
+
 def _time_layer(layer, x, cu, dy, iters):
-    """(median forward+backward ms, activation bytes) of one layer on one input."""
-    times = []
-    activation = 0
-    for i in range(iters + 2):
-        xi = x.detach().requires_grad_()
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        out = layer(xi, cu_seqlens=cu)
-        torch.cuda.synchronize()
-        activation = torch.cuda.memory_allocated() - before - out.numel() * out.element_size()
-        out.backward(dy)
-        end.record()
-        torch.cuda.synchronize()
-        if i >= 2:
-            times.append(start.elapsed_time(end))
-        del out, xi
-        layer.zero_grad(set_to_none=True)
-    return statistics.median(times), activation
+    """{ms: queued, device_ms and host_ms: host held ahead, activation_bytes} of one layer on one input.
+
+    `ms` is what a rank sees when nothing else in its step gives the host a lead: the steps queued
+    back to back, CUDA events around each. `device_ms` holds the device back behind a spin kernel
+    until the host has queued every step (bench.timing.device_samples), so it is the GPU's own
+    time, what a rank sees when the rest of its step keeps the host ahead; `host_ms` is the host's
+    time to queue one step.
+    """
+    step = _step(layer, x, cu, dy)
+    warm(step, x.device, 2)
+    activation = _activation_bytes(layer, x, cu, dy)
+    queued = samples(step, x.device, iters)
+    ahead = device_samples(step, x.device, iters, host_guess_ms=statistics.median(queued))
+    return {
+        "ms": statistics.median(queued),
+        "device_ms": statistics.median(ahead.device_ms),
+        "host_ms": ahead.host_ms,
+        "host_ahead": ahead.ahead,
+        "activation_bytes": activation,
+    }
 
 
-def _cost_one(model, tokens, tp, cp, backend, iters, sequence, profile=False):
+def _cost_one(model, tokens, tp, cp, backend, iters, sequence, profile=False, host_profile=False):
     """One process standing for rank 0 of a TP x CP world (fake collectives): its time and activations."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -222,52 +253,127 @@ def _cost_one(model, tokens, tp, cp, backend, iters, sequence, profile=False):
         local = tokens // cp
         x = torch.randn(1, local, SHAPES[model][2], device=device, dtype=torch.bfloat16)
         dy = torch.randn_like(x)
-        ms, activation = _time_layer(layer, x, cu, dy, iters)
-        row = {"ms": ms, "activation_bytes": activation}
+        if host_profile:
+            return {"host_profile": _host_profile(_step(layer, x, cu, dy), iters)}
+        row = _time_layer(layer, x, cu, dy, iters)
         if profile:
-            step = lambda: layer(x.detach().requires_grad_(), cu_seqlens=cu).backward(dy)  # noqa: E731
-            row["profile"] = gpu_ms_by_kernel(step, top=18)
+            row["profile"] = gpu_ms_by_kernel(_step(layer, x, cu, dy), top=18)
         return row
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
+def _host_profile(step, iters: int, count: int = 28, hold_ms: float = 3000.0) -> dict:
+    """The host's heaviest functions over `iters` steps queued behind a held device (cProfile).
+
+    The device is held by a spin kernel for `hold_ms` first and the backward runs on this thread
+    (autograd's device threads off), so a call that waits for the device (a host sync) shows as
+    that wait in its own time, and torch's sync-debug warnings name the op and the Python line.
+    """
+    import cProfile
+    import pstats
+    import traceback
+    import warnings
+
+    from slime_flashqla.bench.timing import _spin_cycles_per_ms
+
+    device = torch.device("cuda")
+    warm(step, device, 2)
+    syncs: dict[str, int] = {}
+
+    def seen(message, category, filename, lineno, file=None, line=None):
+        frames = [f for f in traceback.extract_stack()[:-1] if "warnings" not in f.filename]
+        where = " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno}({f.name})" for f in frames[-6:][::-1])
+        key = f"{str(message).splitlines()[0][:80]} at {where}"
+        syncs[key] = syncs.get(key, 0) + 1
+
+    cycles = int(hold_ms * _spin_cycles_per_ms(device))
+    profiler = cProfile.Profile()
+    with torch.autograd.set_multithreading_enabled(False), warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = seen
+        torch.cuda.synchronize()
+        torch.cuda._sleep(cycles)
+        torch.cuda.set_sync_debug_mode("warn")
+        profiler.enable()
+        for _ in range(iters):
+            step()
+        profiler.disable()
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    stats = pstats.Stats(profiler).stats  # {(file, line, name): (calls, primitive, own, cumulative, callers)}
+
+    def top(key):
+        rows = sorted(stats.items(), key=lambda item: -item[1][key])[:count]
+        return [
+            [f"{os.path.basename(f)}:{line}({name})", calls / iters, own * 1e3 / iters, cum * 1e3 / iters]
+            for (f, line, name), (calls, _, own, cum, _) in rows
+        ]
+
+    total = sum(own for _, _, own, _, _ in stats.values()) * 1e3 / iters
+    return {"host_ms": total, "hold_ms": hold_ms, "own": top(2), "cumulative": top(3), "syncs": syncs}
+
+
+def _print_host_profile(label: str, found: dict) -> None:
+    print(
+        f"-- host profile {label}: {found['host_ms']:.2f} ms of host time per step (under cProfile, the device "
+        f"held {found['hold_ms']:.0f} ms first: a host sync waits for it)"
+    )
+    for where, count in found["syncs"].items():
+        print(f"   sync x{count}: {where}")
+    for order in ("own", "cumulative"):
+        print(f"   by {order} time (ms per step own, cumulative; calls per step; function):")
+        for function, calls, own, cumulative in found[order]:
+            print(f"   {own:8.3f} {cumulative:8.3f} {calls:7.1f}  {function}")
+
+
 def cost(args) -> list[dict]:
     rows = []
     splits = [tuple(int(n) for n in s.split("x")) for s in args.splits.split(",")] if args.splits else SPLITS
+    host = args.mode == "host"
     for model in args.models.split(","):
         for tokens in (int(t) for t in args.tokens.split(",")):
-            base = _cost_one(model, tokens, 1, 1, args.backend, args.iters, args.sequence, args.profile)
-            for tp, cp in [(1, 1), *splits]:
-                got = (
-                    base
-                    if (tp, cp) == (1, 1)
-                    else _cost_one(model, tokens, tp, cp, args.backend, args.iters, args.sequence, args.profile)
+
+            def one(tp, cp, model=model, tokens=tokens):
+                return _cost_one(
+                    model, tokens, tp, cp, args.backend, args.iters, args.sequence, args.profile, host_profile=host
                 )
-                memory_ratio = got["activation_bytes"] / base["activation_bytes"]
+
+            base = one(1, 1)
+            for tp, cp in [(1, 1), *splits]:
+                got = base if (tp, cp) == (1, 1) else one(tp, cp)
+                if host:
+                    _print_host_profile(f"{model} {tokens} tokens TP {tp} CP {cp}", got["host_profile"])
+                    rows.append({"model": model, "tokens": tokens, "tp": tp, "cp": cp, **got})
+                    continue
                 row = {
                     "model": model, "tokens": tokens, "tp": tp, "cp": cp, **got, "time_ratio": got["ms"] / base["ms"],
-                    "memory_ratio": memory_ratio, "target": 1.15 / (tp * cp),
+                    "device_ratio": got["device_ms"] / base["device_ms"],
+                    "memory_ratio": got["activation_bytes"] / base["activation_bytes"], "target": 1.15 / (tp * cp),
                 }  # fmt: skip
                 rows.append(row)
                 print(json.dumps({k: v for k, v in row.items() if k != "profile"}), flush=True)
-                for name, ms in row.get("profile", {}).get("kernels", []):
-                    print(f"  {ms:8.3f} ms  {name}", flush=True)
+                if "profile" in row:
+                    print("\n".join(kernel_table_lines(row["profile"])), flush=True)
+    if host:
+        return rows
     print(
-        f"{'model':<11} {'tokens':>7} {'TP':>3} {'CP':>3} {'ms':>9} {'act GiB':>8} {'time x':>7} {'mem x':>7} {'<=':>6}"
+        f"{'model':<11} {'tokens':>7} {'TP':>3} {'CP':>3} {'ms':>9} {'GPU ms':>8} {'host ms':>8} {'act GiB':>8} "
+        f"{'time x':>7} {'GPU x':>7} {'mem x':>7} {'<=':>6}"
     )
     for r in rows:
         print(
-            f"{r['model']:<11} {r['tokens']:>7} {r['tp']:>3} {r['cp']:>3} {r['ms']:9.2f} "
-            f"{r['activation_bytes'] / 2**30:8.2f} {r['time_ratio']:7.3f} {r['memory_ratio']:7.3f} {r['target']:6.3f}"
+            f"{r['model']:<11} {r['tokens']:>7} {r['tp']:>3} {r['cp']:>3} {r['ms']:9.2f} {r['device_ms']:8.2f} "
+            f"{r['host_ms']:8.2f}{'' if r['host_ahead'] else '!'} {r['activation_bytes'] / 2**30:8.2f} "
+            f"{r['time_ratio']:7.3f} {r['device_ratio']:7.3f} {r['memory_ratio']:7.3f} {r['target']:6.3f}"
         )
     return rows
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="gdn_split_check.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("parity", "cost"))
+    parser.add_argument("mode", choices=("parity", "cost", "host"))
     parser.add_argument("--models", default="qwen3-next,qwen3.5", help="(default: %(default)s)")
     parser.add_argument("--backend", default="flashqla", help="the split layers' kernel (default: %(default)s)")
     parser.add_argument("--lengths", default="3000,1000,2500,700,64,1", help="parity pack (default: %(default)s)")
