@@ -13,6 +13,10 @@ from contextlib import contextmanager
 from slime_flashqla.kernels import fingerprint, preload
 
 
+class Refused(RuntimeError):
+    """What the test source's loads raise where a real one would compile (its `refusal`)."""
+
+
 class Item:
     """One recorded spec as the test source loads it: every call is logged with its thread."""
 
@@ -32,12 +36,14 @@ class Item:
         if self.label in self.source.failing:
             raise RuntimeError(f"cannot load {self.label}\nsecond line")
         if self.label in self.source.refusing:
-            raise preload.LoadRefused(f"{self.label} would compile")
+            raise Refused(f"{self.label} would compile")
         return True
 
 
 class Source:
     """A backend's source of specialisations: a `SpecialisationSource`, as FlashQLA's TileLangPackage is."""
+
+    refusal = Refused
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str]] = []

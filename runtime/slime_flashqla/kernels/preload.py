@@ -56,10 +56,6 @@ class PreloadSettingError(ValueError):
     """SLIME_FLASHQLA_PRELOAD holds a value this module does not know."""
 
 
-class LoadRefused(RuntimeError):
-    """One specialisation could not be loaded without a compile: the preload skips it and goes on."""
-
-
 def preload_mode(environ=None) -> str:
     """`on`, `calls` or `off`, from SLIME_FLASHQLA_PRELOAD (unset: on)."""
     value = (os.environ if environ is None else environ).get(PRELOAD_ENV, "").strip().lower()
@@ -99,7 +95,7 @@ class Specialisation(Protocol):
         """Read what the load needs (the recorded program); True when a recorded program was read."""
 
     def load(self) -> bool:
-        """Load the kernel; False when the training thread had loaded it already; raises LoadRefused for a compile."""
+        """Load the kernel; False when the training thread had loaded it already (raises its source's `refusal`)."""
 
 
 @runtime_checkable
@@ -108,6 +104,8 @@ class SpecialisationSource(Protocol):
 
     A backend declares one (FlashQLA's `TileLangSource`, made a tilelang_specs.TileLangPackage).
     """
+
+    refusal: type[Exception]  # what a load raises where it would compile: that one is skipped, the rest loaded
 
     def installed(self) -> bool:
         """Whether its kernel package is installed here (found without importing it)."""
@@ -259,6 +257,7 @@ class Plan:
     skipped: list[str] = field(default_factory=list)
     note: str = ""
     guard: object = nullcontext  # a context manager factory the loads run in
+    refusal: type[Exception] | tuple = ()  # what a load raises where it would compile (nothing: none skipped)
 
 
 _one_at_a_time = threading.Lock()  # two preloads at once would only compete for the GIL and the same files
@@ -325,7 +324,7 @@ class Preloader:
                         self.result.loaded += 1
                     else:
                         self.result.present += 1
-                except LoadRefused as refused:
+                except plan.refusal as refused:
                     # One spec whose recorded program no longer names its cache entry: the training
                     # step that needs it builds it itself; the others are still worth loading.
                     self.result.skipped.append(f"{item.label}: {one_line(refused)}")
@@ -417,7 +416,7 @@ def _plan(backend: str, key_heads: int, value_heads: int, mode: str, device, cac
             skipped.append(f"{item.label}: {why}")
         else:
             loadable.append(item)
-    return Plan(loadable, skipped, guard=source.guard)
+    return Plan(loadable, skipped, guard=source.guard, refusal=source.refusal)
 
 
 def _stale(recorded: dict, here: dict) -> str:

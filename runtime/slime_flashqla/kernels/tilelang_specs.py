@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING
 
 from slime_flashqla.errors import one_line
 from slime_flashqla.kernels.compile_log import TILELANG_COMPILE
-from slime_flashqla.kernels.preload import LoadRefused
 from slime_flashqla.kernels.tilelang_prefetch import compile_ahead as _compile_ahead
 
 if TYPE_CHECKING:
@@ -51,7 +50,7 @@ PROGRAMS = "programs"  # under the record directory: <cache key>.json.gz
 KERNEL_LOGGER = "tilelang.jit.kernel"  # where JITKernel logs a real compile (tilelang/jit/kernel.py)
 
 
-class CompileRefused(LoadRefused):
+class CompileRefused(RuntimeError):
     """TileLang was about to compile a kernel in a preload thread."""
 
 
@@ -376,3 +375,4 @@ class TileLangPackage:
 
     guard_problem = staticmethod(compile_guard_problem)
     guard = staticmethod(refusing_compiles)
+    refusal = CompileRefused  # what a load raises inside `guard` where it would compile
