@@ -7,7 +7,9 @@ Two entry points on the same kernels, each beside its PyTorch reference:
   straight out of the input projection's output, whatever its column layout (`ProjectionLayout`):
   returns q, k, v as dense tensors (and z as a view of `proj`), and its backward writes one
   gradient for the whole projection output. No gathered copy of q/k/v is made in either pass
-  (`short_conv_silu_reference` gathers, convolves and splits).
+  (`short_conv_silu_reference` gathers, convolves and splits). With `qk_head_dim` the forward
+  also L2-normalises q and k per head (what the GDN kernels' `use_qk_l2norm_in_kernel` asks
+  for) in the same tiles, so q/k are not read and written again by a separate l2norm pass.
 
 Each token's sequence comes from a binary search over cu_seqlens inside the kernels, so
 nothing is read back to the host. Rounding follows `causal_conv1d_silu_reference`: the conv
@@ -31,6 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from slime_flashqla.triton_ops._host import cdiv, check_float, next_power_of_2, on_tensor_device
+from slime_flashqla.triton_ops.l2norm import EPS as L2NORM_EPS
+from slime_flashqla.triton_ops.l2norm import l2norm_bwd, l2norm_fwd, l2norm_reference
 from slime_flashqla.triton_ops.word_copy import copy_words
 
 MAX_WIDTH = 8
@@ -201,8 +205,12 @@ def _constants(layout: ProjectionLayout, width: int, bd: int, cfg: LaunchConfig,
     }
 
 
-def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int):
-    """The sections' dense outputs (q, k, v) or (y,), each [B, T, section channels]."""
+def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, rstd: torch.Tensor | None = None):
+    """The sections' dense outputs (q, k, v) or (y,), each [B, T, section channels].
+
+    With `rstd` ([2, B, T, q heads] float32, from `_qk_rstd`) q and k come out L2-normalised per
+    head and their factors are written there.
+    """
     b, t, _ = x.shape
     outputs = tuple(torch.empty((b, t, n), dtype=x.dtype, device=x.device) for n in layout.section_widths)
     if b * t:
@@ -215,10 +223,32 @@ def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int):
             sx_t=x.stride(1),
             **_weight_args(weight),
             **_section_args(outputs, ("yq", "yk", "yv")),
+            rstd=x if rstd is None else rstd,
+            eps=L2NORM_EPS,
+            NORM_QK=rstd is not None,
             **_sequence_args(x, cu_seqlens, t, layout),
             **_constants(layout, width, bd, cfg, cu_seqlens),
         )
     return outputs
+
+
+def _qk_rstd(x, layout: ProjectionLayout, head_dim: int) -> torch.Tensor | None:
+    """rstd's buffer where the forward can normalise q/k heads of `head_dim` in its tiles (one head a tile), or None."""
+    if layout.q_width == 0 or layout.q_width % head_dim or layout.block_size(FORWARD.bd) != head_dim:
+        return None
+    b, t, _ = x.shape
+    return torch.empty((2, b, t, layout.groups * layout.q_width // head_dim), dtype=torch.float32, device=x.device)
+
+
+def _normalised(outputs, layout: ProjectionLayout, head_dim: int, rstd: torch.Tensor | None):
+    """(q, k, v, rstd_q, rstd_k): q/k L2-normalised per head, by the forward (rstd given) or by l2norm_fwd after it."""
+    q, k, v = outputs
+    b, t, _ = q.shape
+    heads = layout.groups * layout.q_width // head_dim
+    if rstd is not None:
+        return q, k, v, rstd[0], rstd[1]
+    (q, rstd_q), (k, rstd_k) = (l2norm_fwd(y.view(b, t, heads, head_dim)) for y in (q, k))
+    return q.view(b, t, -1), k.view(b, t, -1), v, rstd_q, rstd_k
 
 
 def _backward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, grads):
@@ -268,26 +298,44 @@ def _z_view(proj: torch.Tensor, layout: ProjectionLayout) -> torch.Tensor:
 
 
 class ShortConvSilu(torch.autograd.Function):
-    """silu(causal depthwise conv1d) of the q/k/v columns of a projection, with z passed through as a view."""
+    """silu(causal depthwise conv1d) of the q/k/v columns of a projection, with z passed through as a view.
+
+    With `qk_head_dim`, q and k are L2-normalised per head as well; their backward runs
+    l2norm_bwd from the saved normalised q/k (the tensors the GDN kernel saves too) and rstd.
+    """
 
     @staticmethod
-    def forward(ctx, proj, weight, cu_seqlens, layout, width):
-        ctx.save_for_backward(proj, weight, cu_seqlens)
-        ctx.layout, ctx.width = layout, width
-        outputs = _forward(proj, weight, cu_seqlens, layout, width)
+    def forward(ctx, proj, weight, cu_seqlens, layout, width, qk_head_dim):
+        ctx.layout, ctx.width, ctx.qk_head_dim = layout, width, qk_head_dim
+        rstd = None if qk_head_dim is None else _qk_rstd(proj, layout, qk_head_dim)
+        outputs = _forward(proj, weight, cu_seqlens, layout, width, rstd)
+        if qk_head_dim is None:
+            ctx.save_for_backward(proj, weight, cu_seqlens)
+        else:
+            q, k, v, rstd_q, rstd_k = _normalised(outputs, layout, qk_head_dim, rstd)
+            outputs = (q, k, v)
+            ctx.save_for_backward(proj, weight, cu_seqlens, q, k, rstd_q, rstd_k)
         if layout.z_width:
             outputs = (*outputs, _z_view(proj, layout))
         return outputs
 
     @staticmethod
     def backward(ctx, *grads):
-        proj, weight, cu_seqlens = ctx.saved_tensors
+        proj, weight, cu_seqlens, *normed = ctx.saved_tensors
         layout = ctx.layout
         sections = len(layout.section_widths)
         conv_grads = tuple(
             g if g is not None else torch.zeros((*proj.shape[:2], n), dtype=proj.dtype, device=proj.device)
             for g, n in zip(grads[:sections], layout.section_widths, strict=True)
         )
+        if normed:
+            q, k, rstd_q, rstd_k = normed
+            shape = (*rstd_q.shape, ctx.qk_head_dim)
+            dq, dk = (
+                l2norm_bwd(y.view(shape), rstd, dy.reshape(shape)).view(dy.shape)
+                for y, rstd, dy in ((q, rstd_q, conv_grads[0]), (k, rstd_k, conv_grads[1]))
+            )
+            conv_grads = (dq, dk, *conv_grads[2:])
         dproj, dweight = _backward(proj, weight, cu_seqlens, layout, ctx.width, conv_grads)
         if layout.z_width:
             dz = grads[sections]
@@ -296,16 +344,19 @@ class ShortConvSilu(torch.autograd.Function):
                 target.zero_()
             else:
                 copy_words(target, dz)
-        return dproj, dweight, None, None, None
+        return dproj, dweight, None, None, None, None
 
 
-def _apply(x, weight, cu_seqlens, layout, op):
+def _apply(x, weight, cu_seqlens, layout, op, qk_head_dim=None):
     width = _check(x, weight, cu_seqlens, layout, op)
     if x.stride(-1) != 1:
         x = x.contiguous()
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return ShortConvSilu.apply(x, weight, cu_seqlens, layout, width)
-    outputs = _forward(x, weight, cu_seqlens, layout, width)
+        return ShortConvSilu.apply(x, weight, cu_seqlens, layout, width, qk_head_dim)
+    rstd = None if qk_head_dim is None else _qk_rstd(x, layout, qk_head_dim)
+    outputs = _forward(x, weight, cu_seqlens, layout, width, rstd)
+    if qk_head_dim is not None:
+        outputs = _normalised(outputs, layout, qk_head_dim, rstd)[:3]
     return (*outputs, _z_view(x, layout)) if layout.z_width else outputs
 
 
@@ -320,12 +371,28 @@ def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.
 
 @on_tensor_device
 def short_conv_silu(
-    proj: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.Tensor | None, layout: ProjectionLayout
+    proj: torch.Tensor,
+    weight: torch.Tensor,
+    cu_seqlens: torch.Tensor | None,
+    layout: ProjectionLayout,
+    qk_head_dim: int | None = None,
 ) -> tuple[torch.Tensor, ...]:
-    """(q, k, v[, z]) of a GDN layer's projection [B, T, layout.width]: q/k/v conv'd and dense, z a view."""
+    """(q, k, v[, z]) of a GDN layer's projection [B, T, layout.width]: q/k/v conv'd and dense, z a view.
+
+    With `qk_head_dim`, q and k come out L2-normalised over each head of that many channels
+    (FLA's `use_qk_l2norm_in_kernel`, eps 1e-6), in the conv's own pass where a tile is one head.
+    """
     if layout.q_width == 0:
         raise ValueError("short_conv_silu: the layout has no q/k columns (use causal_conv1d_silu)")
-    return _apply(proj, weight, cu_seqlens, layout, "short_conv_silu")
+    _check_head_dim(layout, qk_head_dim)
+    return _apply(proj, weight, cu_seqlens, layout, "short_conv_silu", qk_head_dim)
+
+
+def _check_head_dim(layout: ProjectionLayout, qk_head_dim: int | None) -> None:
+    if qk_head_dim is not None and (qk_head_dim < 1 or layout.q_width % qk_head_dim):
+        raise ValueError(
+            f"short_conv_silu: qk_head_dim {qk_head_dim} must divide the layout's q width {layout.q_width}"
+        )
 
 
 def causal_conv1d_silu_reference(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=None) -> torch.Tensor:
@@ -343,8 +410,11 @@ def causal_conv1d_silu_reference(x: torch.Tensor, weight: torch.Tensor, cu_seqle
     return torch.cat([x[:, :0], *(conv(x[:, a:b]) for a, b in itertools.pairwise(offsets) if b > a)], dim=1)
 
 
-def short_conv_silu_reference(proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout):
-    """`short_conv_silu` in PyTorch: q/k/v gathered from `layout`, conv'd and split; z a view."""
+def short_conv_silu_reference(
+    proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout, qk_head_dim: int | None = None
+):
+    """`short_conv_silu` in PyTorch: q/k/v gathered from `layout`, conv'd, split, q/k normalised per head; z a view."""
+    _check_head_dim(layout, qk_head_dim)
     b, t, _ = proj.shape
     groups = proj.view(b, t, layout.groups, layout.group_width)
     qw, vw = layout.q_width, layout.v_width
@@ -352,6 +422,10 @@ def short_conv_silu_reference(proj: torch.Tensor, weight: torch.Tensor, cu_seqle
     parts = [groups[..., s : s + w].reshape(b, t, -1) for s, w in zip(starts, (qw, qw, vw), strict=True)]
     y = causal_conv1d_silu_reference(torch.cat(parts, dim=-1), weight, cu_seqlens)
     q, k, v = torch.split(y, layout.section_widths, dim=-1)
+    if qk_head_dim is not None:
+        # In float32 (float64 stays), as the torch backend's use_qk_l2norm_in_kernel normalises.
+        compute = torch.promote_types(q.dtype, torch.float32)
+        q, k = (l2norm_reference(u.view(b, t, -1, qk_head_dim).to(compute)).to(u.dtype).view(b, t, -1) for u in (q, k))
     if not layout.z_width:
         return q, k, v
     return q, k, v, groups[..., layout.group_width - layout.z_width :]

@@ -67,6 +67,9 @@ def main() -> None:
             w = torch.randn(layout.channels, 1, 4, dtype=torch.bfloat16)
             outputs = causal_conv1d._forward(x, w, cu, layout, 4)
             causal_conv1d._backward(x, w, cu, layout, 4, tuple(torch.randn_like(o) for o in outputs))
+            if layout.q_width:  # the layers' forward: q/k normalised per 128-channel head in the conv
+                label[0] = name[:-1] + "+qk-norm]"
+                causal_conv1d._forward(x, w, cu, layout, 4, causal_conv1d._qk_rstd(x, layout, 128))
         label[0] = ""
         ba = torch.randn(1, tokens, 16, 4, dtype=torch.bfloat16)
         a_log, dt_bias = torch.randn(32, dtype=torch.bfloat16), torch.randn(32, dtype=torch.bfloat16)

@@ -15,6 +15,8 @@ RUNTIME = HERE.parents[2] / "runtime"
 CONV_KERNELS = ("short_conv_fwd_kernel", "short_conv_bwd_dpre_kernel", "short_conv_bwd_dx_kernel")
 KERNELS = {
     *(f"{name}{layout}" for name in CONV_KERNELS for layout in ("", "[qwen3-next]", "[qwen3.5]")),
+    "short_conv_fwd_kernel[qwen3-next+qk-norm]",
+    "short_conv_fwd_kernel[qwen3.5+qk-norm]",
     "gdn_gates_fwd_kernel",
     "gdn_gates_bwd_kernel",
     "l2norm_fwd_kernel",

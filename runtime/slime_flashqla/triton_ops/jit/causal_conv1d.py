@@ -166,6 +166,7 @@ def short_conv_fwd_kernel(
     yq,
     yk,
     yv,
+    rstd,
     cu_seqlens,
     T,
     n_seqs,
@@ -181,6 +182,7 @@ def short_conv_fwd_kernel(
     sv_t,
     sw_d,
     sw_w,
+    eps,
     D: tl.constexpr,
     W: tl.constexpr,
     G: tl.constexpr,
@@ -190,8 +192,14 @@ def short_conv_fwd_kernel(
     BD: tl.constexpr,
     TILES: tl.constexpr,
     VARLEN: tl.constexpr,
+    NORM_QK: tl.constexpr,
 ):
-    """y = silu(conv(x)) for TILES tiles of BT tokens x BD channels; y rounded through x's dtype first."""
+    """y = silu(conv(x)) for TILES tiles of BT tokens x BD channels; y rounded through x's dtype first.
+
+    With NORM_QK every q and k block (BD channels, one head) is L2-normalised over its row as
+    l2norm_fwd_kernel does it (float32 sum of squares of the rounded y, + eps, 1/sqrt), and the
+    row's factor goes to rstd [2, B, T, heads]: what the normalisation's backward reads.
+    """
     i_d, i_tb, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     o_c = tl.arange(0, BD)
     o_d = i_d * BD + o_c
@@ -210,6 +218,15 @@ def short_conv_fwd_kernel(
         # F.conv1d's output tensor is in x's dtype: the SiLU reads the rounded value.
         b_pre = acc.to(yq.dtype.element_ty).to(tl.float32)
         b_y = b_pre * tl.sigmoid(b_pre)
+        if NORM_QK:  # noqa: SIM102 - a constexpr, then a per-program branch
+            if i_d * BD < 2 * G * QW:
+                # The separate l2norm read y back in x's dtype: normalise that rounded value.
+                b_y = b_y.to(yq.dtype.element_ty).to(tl.float32)
+                b_r = 1.0 / tl.sqrt(tl.sum(b_y * b_y, 1) + eps)
+                b_y = b_y * b_r[:, None]
+                heads = G * QW // BD
+                p_r = rstd + (i_d // heads) * (tl.num_programs(2) * T * heads) + i_d % heads
+                tl.store(p_r + (i_b * T + o_t).to(tl.int64) * heads, b_r, mask=m_t)
         p = y_b + t0.to(tl.int64) * sy_t + o_l[:, None] * sy_t + o_c[None, :]
         tl.store(p, b_y.to(yq.dtype.element_ty), mask=m_t[:, None] & m_d[None, :])
 
