@@ -25,7 +25,7 @@ import torch
 import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from runtime.triton_ops.references import causal_conv1d_silu64, rel_error
+from runtime.triton_ops.references import causal_conv1d_silu64, l2norm64, rel_error
 
 from slime_flashqla.triton_ops import causal_conv1d as cc
 
@@ -36,6 +36,7 @@ FWD = [C(16, 128, 1, 4), C(32, 128, 1, 4), C(32, 64, 1, 4), C(32, 128, 1, 2), C(
 FWD += [C(16, 128, 2, 4), C(64, 128, 1, 8), C(32, 128, 2, 8), C(16, 64, 4, 2)]
 DPRE = [C(bt, bd, tiles, 4) for bt in (16, 32) for bd in (32, 64) for tiles in (8, 16)] + [C(16, 32, 16, 2)]
 DPRE += [C(16, 64, 16, 2), C(16, 128, 8, 4), C(16, 128, 16, 8), C(32, 128, 8, 8), C(8, 128, 32, 4), C(32, 32, 32, 4)]
+FWD_QK_NORM = [C(32, 128, 1, 8), C(16, 128, 1, 4), C(32, 128, 1, 4), C(8, 128, 4, 4), C(16, 128, 2, 8)]
 DX = [C(16, 128, 1, 4), C(32, 128, 1, 4), C(32, 128, 2, 4), C(64, 128, 1, 4), C(32, 64, 1, 4), C(32, 128, 1, 2)]
 DX += [C(16, 64, 2, 2), C(16, 128, 2, 4), C(64, 128, 1, 8)]
 TUNE_LAYOUT, TUNE_TOKENS = "qwen3-next", 32768
@@ -74,16 +75,26 @@ def parity(layout) -> float:
     return max(rel_error(y, y64), rel_error(dproj[..., cols], p64.grad), rel_error(dweight, w64.grad))
 
 
+def qk_norm_parity(layout) -> float:
+    """max relative error of the forward with q/k L2-normalised per 128-channel head, at 4096 tokens against float64."""
+    lengths, cu, proj, weight, _ = inputs(layout, 4096, seed=1)
+    q, k, v = cc._forward(proj, weight, cu, layout, 4, cc._qk_rstd(proj, layout, 128))
+    y64 = causal_conv1d_silu64(proj.double()[..., columns(layout)], weight.double(), lengths)
+    q64, k64, v64 = torch.split(y64, layout.section_widths, dim=-1)
+    q64, k64 = (l2norm64(u.unflatten(-1, (-1, 128)), 1e-6).flatten(-2) for u in (q64, k64))
+    return max(rel_error(a, b) for a, b in ((q, q64), (k, k64), (v, v64)))
+
+
 def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def sweep(layout, tokens, name, configs, set_config, call):
+def sweep(layout, tokens, name, configs, set_config, call, check=parity):
     rows = []
     for cfg in configs:
         set_config(cfg)
         try:
-            err = parity(layout)
+            err = check(layout)
             ms = bench(call)
         except Exception as error:  # a configuration that does not compile is a row, not a crash
             rows.append({"kernel": name, "config": cfg.__dict__, "error": f"{type(error).__name__}: {error}"[:200]})
@@ -101,6 +112,23 @@ def fla_conv():
     return causal_conv1d
 
 
+def tune_qk_norm(report) -> dict:
+    """Sweep the forward that also normalises q/k heads at Qwen3-Next's layout and 32k tokens; leave the best set."""
+    layout = LAYOUTS[TUNE_LAYOUT]
+    _, cu, proj, weight, _ = inputs(layout, TUNE_TOKENS)
+
+    def fwd_qk_norm():
+        cc._forward(proj, weight, cu, layout, 4, cc._qk_rstd(proj, layout, 128))
+
+    report["fwd_qk_norm_sweep"], best = sweep(
+        layout, TUNE_TOKENS, "fwd-qk-norm", FWD_QK_NORM, lambda c: setattr(cc, "FORWARD_QK_NORM", c), fwd_qk_norm,
+        check=qk_norm_parity,
+    )  # fmt: skip
+    for row in report["fwd_qk_norm_sweep"]:
+        print(f"  {row['kernel']:16} {row['config']} {row.get('ms', row.get('error'))}", flush=True)
+    return best
+
+
 def tune(report) -> None:
     """Sweep the three kernels at Qwen3-Next's layout and 32k tokens; leave the best configurations set."""
     layout = LAYOUTS[TUNE_LAYOUT]
@@ -113,6 +141,8 @@ def tune(report) -> None:
         cc._backward(proj, weight, cu, layout, 4, grads)
 
     report["fwd_sweep"], best_f = sweep(layout, TUNE_TOKENS, "fwd", FWD, lambda c: setattr(cc, "FORWARD", c), fwd)
+
+    best_n = tune_qk_norm(report)
     cc.DEFER_DWEIGHT = False
     report["dpre_undeferred"], _ = sweep(
         layout, TUNE_TOKENS, "dpre-undeferred", [C(32, 64, 8, 4)], lambda c: setattr(cc, "BACKWARD_DPRE", c), bwd
@@ -125,14 +155,15 @@ def tune(report) -> None:
     for rows in (report["fwd_sweep"], report["dpre_undeferred"] + report["dpre_sweep"], report["dx_sweep"]):
         for row in rows:
             print(f"  {row['kernel']:16} {row['config']} {row.get('ms', row.get('error'))}", flush=True)
-    print(f"best fwd {best_f['config']} dpre {best_p['config']} dx {best_x['config']}", flush=True)
+    print(f"best fwd {best_f['config']} fwd-qk-norm {best_n['config']}", flush=True)
+    print(f"best dpre {best_p['config']} dx {best_x['config']}", flush=True)
 
 
 def apply_to_source() -> None:
     """Write the configurations now set into causal_conv1d.py (on a disposable checkout: the device's copy)."""
     path = Path(cc.__file__)
     text = path.read_text()
-    for name in ("FORWARD", "BACKWARD_DPRE", "BACKWARD_DX"):
+    for name in ("FORWARD", "FORWARD_QK_NORM", "BACKWARD_DPRE", "BACKWARD_DX"):
         cfg = getattr(cc, name)
         text = re.sub(
             rf"^{name} = LaunchConfig\(.*\)$",
@@ -150,6 +181,8 @@ def measure(layout_name, layout, tokens, fla) -> dict:
     entry = {"layout": layout_name, "tokens": tokens}
     entry["ours_fwd_ms"] = bench(lambda: cc._forward(proj, weight, cu, layout, 4))
     entry["ours_bwd_ms"] = bench(lambda: cc._backward(proj, weight, cu, layout, 4, grads))
+    rstd = cc._qk_rstd(proj, layout, 128)
+    entry["ours_fwd_qk_norm_ms"] = bench(lambda: cc._forward(proj, weight, cu, layout, 4, rstd))
     entry["ours_parity"] = parity(layout)
     pl, wl = proj.detach().requires_grad_(), weight.detach().requires_grad_()
 
@@ -163,7 +196,8 @@ def measure(layout_name, layout, tokens, fla) -> dict:
     dmixed = torch.cat(grads, -1)
     entry["cat_ms"] = bench(lambda: proj[..., cols].contiguous())
     line = (
-        f"{layout_name:10} T={tokens:6} ours fwd {entry['ours_fwd_ms']:.3f} bwd {entry['ours_bwd_ms']:.3f} "
+        f"{layout_name:10} T={tokens:6} ours fwd {entry['ours_fwd_ms']:.3f} (q/k normalised "
+        f"{entry['ours_fwd_qk_norm_ms']:.3f}) bwd {entry['ours_bwd_ms']:.3f} "
         f"fwd+bwd {entry['ours_fwdbwd_ms']:.3f} (parity {entry['ours_parity']:.1e}) | cat {entry['cat_ms']:.3f}"
     )
     if fla is not None:
@@ -191,21 +225,31 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="only the current configurations, no sweep")
     parser.add_argument("--apply", action="store_true", help="write the best configurations into causal_conv1d.py")
     parser.add_argument("--no-fla", action="store_true", help="leave FLA's conv out")
+    parser.add_argument("--qk-norm-sweep", action="store_true", help="sweep only the q/k-normalising forward")
     parser.add_argument("--apply-from", default=None, help="write a report's configurations into the source and exit")
     args = parser.parse_args()
     if args.apply_from:
         configs = json.loads(Path(args.apply_from).read_text())["configs"]
-        for name, key in (("FORWARD", "fwd"), ("BACKWARD_DPRE", "dpre"), ("BACKWARD_DX", "dx")):
-            setattr(cc, name, cc.LaunchConfig(**configs[key]))
+        for name, key in (
+            ("FORWARD", "fwd"),
+            ("FORWARD_QK_NORM", "fwd_qk_norm"),
+            ("BACKWARD_DPRE", "dpre"),
+            ("BACKWARD_DX", "dx"),
+        ):
+            if key in configs:  # reports from before a kernel existed lack its key
+                setattr(cc, name, cc.LaunchConfig(**configs[key]))
         apply_to_source()
         return
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
-    if not args.quick:
+    if args.qk_norm_sweep:
+        tune_qk_norm(report)
+    elif not args.quick:
         tune(report)
         if args.apply:
             apply_to_source()
     report["configs"] = {
         "fwd": cc.FORWARD.__dict__,
+        "fwd_qk_norm": cc.FORWARD_QK_NORM.__dict__,
         "dpre": cc.BACKWARD_DPRE.__dict__,
         "dx": cc.BACKWARD_DX.__dict__,
         "dpre_float32": cc.DPRE_FLOAT32,

@@ -53,6 +53,8 @@ class LaunchConfig:
 # Fixed launches: no autotuning, so a process compiles each (dtype, layout, W) once.
 # Chosen by tools/gpu/conv_tune.py on an H200 (docs/benchmarks.md has the run).
 FORWARD = LaunchConfig(bt=32, bd=128, tiles=1, warps=4)
+# The forward that also L2-normalises q/k heads holds each row's sum as well: its own launch.
+FORWARD_QK_NORM = LaunchConfig(bt=32, bd=128, tiles=1, warps=8)
 BACKWARD_DPRE = LaunchConfig(bt=8, bd=128, tiles=32, warps=4)
 BACKWARD_DX = LaunchConfig(bt=32, bd=128, tiles=1, warps=2)
 # dpre passes between the backward's two kernels in x's dtype (float32 measured slower, same parity).
@@ -214,7 +216,7 @@ def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, rstd: 
     b, t, _ = x.shape
     outputs = tuple(torch.empty((b, t, n), dtype=x.dtype, device=x.device) for n in layout.section_widths)
     if b * t:
-        cfg = FORWARD
+        cfg = FORWARD if rstd is None else FORWARD_QK_NORM
         bd = layout.block_size(cfg.bd)
         grid = (cdiv(layout.channels, bd), cdiv(t, cfg.bt * cfg.tiles), b)
         _kernels().short_conv_fwd_kernel[grid](
@@ -234,7 +236,7 @@ def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, rstd: 
 
 def _qk_rstd(x, layout: ProjectionLayout, head_dim: int) -> torch.Tensor | None:
     """rstd's buffer where the forward can normalise q/k heads of `head_dim` in its tiles (one head a tile), or None."""
-    if layout.q_width == 0 or layout.q_width % head_dim or layout.block_size(FORWARD.bd) != head_dim:
+    if layout.q_width == 0 or layout.q_width % head_dim or layout.block_size(FORWARD_QK_NORM.bd) != head_dim:
         return None
     b, t, _ = x.shape
     return torch.empty((2, b, t, layout.groups * layout.q_width // head_dim), dtype=torch.float32, device=x.device)
