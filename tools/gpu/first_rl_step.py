@@ -119,18 +119,14 @@ def _start_profile():
 
 
 def _profile_rows(profiler, count: int = 30) -> dict[str, list]:
-    """The training thread's heaviest functions of one pass: by cumulative and by own time."""
+    """The training thread's heaviest functions of one pass: by cumulative and by own time (ms)."""
     import pstats
 
+    from slime_flashqla.bench.timing import cprofile_rows
+
     profiler.disable()
-    stats = pstats.Stats(profiler).stats  # {(file, line, name): (calls, primitive, own, cumulative, callers)}
-
-    def rows(key):
-        top = sorted(stats.items(), key=lambda item: -item[1][key])[:count]
-        return [[f"{Path(f).name}:{line}({name})", calls, round(own, 4), round(cum, 4)]
-                for (f, line, name), (calls, _, own, cum, _) in top]  # fmt: skip
-
-    return {"cumulative": rows(3), "own": rows(2)}
+    stats = pstats.Stats(profiler).stats
+    return {order: cprofile_rows(stats, order, count) for order in ("cumulative", "own")}
 
 
 def child(args) -> int:
@@ -333,9 +329,9 @@ def print_run(run: dict) -> None:
         )
     for name, tops in run.get("profiles", {}).items():
         for order, rows in tops.items():
-            print(f"\nprofile of {name}, training thread, by {order} time (function, calls, own s, cumulative s):")
+            print(f"\nprofile of {name}, training thread, by {order} time (cumulative ms, own ms, calls, function):")
             for function, calls, own, cumulative in rows:
-                print(f"  {cumulative:8.3f} {own:8.3f} {calls:7d} {function}")
+                print(f"  {cumulative:9.1f} {own:9.1f} {calls:7.0f} {function}")
     if run["kernel_imports"]:
         print("kernel imports (upfront): " + ", ".join(f"{k} {v:.2f} s" for k, v in run["kernel_imports"].items()))
 

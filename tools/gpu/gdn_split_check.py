@@ -276,7 +276,7 @@ def _host_profile(step, iters: int, count: int = 28, hold_ms: float = 3000.0) ->
     import traceback
     import warnings
 
-    from slime_flashqla.bench.timing import _spin_cycles_per_ms
+    from slime_flashqla.bench.timing import cprofile_rows, spin_kernel
 
     device = torch.device("cuda")
     warm(step, device, 2)
@@ -288,31 +288,27 @@ def _host_profile(step, iters: int, count: int = 28, hold_ms: float = 3000.0) ->
         key = f"{str(message).splitlines()[0][:80]} at {where}"
         syncs[key] = syncs.get(key, 0) + 1
 
-    cycles = int(hold_ms * _spin_cycles_per_ms(device))
+    hold = spin_kernel(device, hold_ms)
     profiler = cProfile.Profile()
+    mode = torch.cuda.get_sync_debug_mode()
     with torch.autograd.set_multithreading_enabled(False), warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = seen
         torch.cuda.synchronize()
-        torch.cuda._sleep(cycles)
+        hold()
         torch.cuda.set_sync_debug_mode("warn")
-        profiler.enable()
-        for _ in range(iters):
-            step()
-        profiler.disable()
-        torch.cuda.set_sync_debug_mode("default")
+        try:
+            profiler.enable()
+            for _ in range(iters):
+                step()
+        finally:
+            profiler.disable()
+            torch.cuda.set_sync_debug_mode(mode)
     torch.cuda.synchronize()
-    stats = pstats.Stats(profiler).stats  # {(file, line, name): (calls, primitive, own, cumulative, callers)}
-
-    def top(key):
-        rows = sorted(stats.items(), key=lambda item: -item[1][key])[:count]
-        return [
-            [f"{os.path.basename(f)}:{line}({name})", calls / iters, own * 1e3 / iters, cum * 1e3 / iters]
-            for (f, line, name), (calls, _, own, cum, _) in rows
-        ]
-
+    stats = pstats.Stats(profiler).stats
     total = sum(own for _, _, own, _, _ in stats.values()) * 1e3 / iters
-    return {"host_ms": total, "hold_ms": hold_ms, "own": top(2), "cumulative": top(3), "syncs": syncs}
+    rows = {order: cprofile_rows(stats, order, count, iters) for order in ("own", "cumulative")}
+    return {"host_ms": total, "hold_ms": hold_ms, **rows, "syncs": syncs}
 
 
 def _print_host_profile(label: str, found: dict) -> None:

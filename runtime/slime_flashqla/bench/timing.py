@@ -9,6 +9,7 @@ call whose host side is slower than its kernels is timed at the host's pace.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -61,6 +62,22 @@ def _spin_cycles_per_ms(device: torch.device) -> float:
             end.synchronize()
             _cycles_per_ms[index] = cycles / begin.elapsed_time(end)
     return _cycles_per_ms[index]
+
+
+def spin_kernel(device: torch.device, ms: float) -> Callable[[], None]:
+    """A call that queues a spin kernel keeping `device` busy for about `ms` (calibrated once per device)."""
+    cycles = int(ms * _spin_cycles_per_ms(device))
+    return lambda: torch.cuda._sleep(cycles)
+
+
+def cprofile_rows(stats: dict, order: str, count: int, per: int = 1) -> list[list]:
+    """pstats' `count` heaviest functions by "own" or "cumulative" time: [function, calls, own ms, cum ms] per `per`."""
+    column = {"own": 2, "cumulative": 3}[order]  # {(file, line, name): (calls, primitive, own, cumulative, callers)}
+    top = sorted(stats.items(), key=lambda item: -item[1][column])[:count]
+    return [
+        [f"{os.path.basename(file)}:{line}({name})", calls / per, own * 1e3 / per, cumulative * 1e3 / per]
+        for (file, line, name), (calls, _, own, cumulative, _) in top
+    ]
 
 
 def device_samples(fn: Callable[[], object], device: torch.device, iters: int, host_guess_ms: float) -> DeviceSamples:

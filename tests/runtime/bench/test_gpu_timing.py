@@ -20,10 +20,7 @@ def device():
 
 
 def _spin(device, ms: float):
-    import torch
-
-    cycles = int(ms * timing._spin_cycles_per_ms(device))
-    return lambda: torch.cuda._sleep(cycles)
+    return timing.spin_kernel(device, ms)
 
 
 def test_device_time_is_the_kernels_own(device):
