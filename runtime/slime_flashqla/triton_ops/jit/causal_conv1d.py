@@ -471,7 +471,7 @@ def short_conv_bwd_kernel(
     dx_b = dx + i_b.to(tl.int64) * sdx_b + col
     dy_d, sdy_b, sdy_t = _section(i_d, dq, dk, dv, sq_b, sq_t, sk_b, sk_t, sv_b, sv_t, G * QW, BD)
     dy_b = dy_d + i_b.to(tl.int64) * sdy_b
-    dtype: tl.constexpr = x.dtype.element_ty
+    dtype = x.dtype.element_ty
     # dweight's elementwise sums per lag (lags from W on stay zero and are never read).
     s0 = tl.zeros((BT, BD), dtype=tl.float32)
     s1 = tl.zeros((BT, BD), dtype=tl.float32)
