@@ -17,9 +17,16 @@ output is rounded to x's dtype, as F.conv1d's output tensor is, before the float
 cu_seqlens is trusted as the caller checked it (the layers run gdn.inputs' checked_cu_seqlens
 first): checking its values here would need a host sync.
 
-The backward is two passes: the first recomputes the conv, writes dpre = dy * silu'(pre) and
-reduces dweight, the second turns dpre into dx. dweight: each program writes a float32 partial
-[D, W] for its tokens, summed by torch afterwards: no atomics, deterministic for a token count.
+The backward is one pass for kernel widths up to ONE_PASS_WIDTH (Qwen's 4): each tile of tokens
+t reads x at t-(W-1)..t+(W-1) and dy at t..t+W-1, recomputes pre = conv(x) at t..t+W-1 (rounded
+through x's dtype as the forward rounds it), and sums dx(t) = sum_j w[W-1-j] dpre(t+j) over the
+leads inside t's sequence, dpre = dy * silu'(pre), reading x and dy and writing dx once each.
+Wider kernels (or BACKWARD = None) take two passes: the first recomputes the conv, writes dpre
+to a [B, T, D] temporary in x's dtype and reduces dweight, the second turns dpre into dx. The
+one pass keeps dpre in float32 and so skips that rounding: in bfloat16 its dx is the closer to
+a float64 reference (tests/runtime/triton_ops/test_causal_conv1d.py checks it); in float32 the
+two agree to float32 rounding. dweight: each program writes a float32 partial [D, W] for its
+tokens, summed by torch afterwards: no atomics, deterministic for a token count.
 """
 
 from __future__ import annotations
@@ -55,6 +62,13 @@ class LaunchConfig:
 FORWARD = LaunchConfig(bt=32, bd=128, tiles=1, warps=4)
 # The forward that also L2-normalises q/k heads holds each row's sum as well: its own launch.
 FORWARD_QK_NORM = LaunchConfig(bt=32, bd=128, tiles=1, warps=8)
+# The backward in one pass (`short_conv_bwd_kernel`: x and dy in, dx and dweight partials out)
+# for widths up to ONE_PASS_WIDTH; wider kernels, or BACKWARD = None, take the two passes
+# below (dpre through memory, then dx). Not yet timed on a GPU: picked from its sm_90 compile,
+# where 4 float32 elements a thread per tile (BT * BD / (32 * warps)) take 128 registers, 8
+# take 252-255 and 16 spill; tools/gpu/conv_tune.py's BWD sweeps it against the two passes.
+BACKWARD: LaunchConfig | None = LaunchConfig(bt=8, bd=128, tiles=16, warps=8)
+ONE_PASS_WIDTH = 4
 BACKWARD_DPRE = LaunchConfig(bt=8, bd=128, tiles=32, warps=4)
 BACKWARD_DX = LaunchConfig(bt=32, bd=128, tiles=1, warps=2)
 # dpre passes between the backward's two kernels in x's dtype (float32 measured slower, same parity).
@@ -258,39 +272,51 @@ def _backward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, grads
     b, t, _ = x.shape
     d = layout.channels
     dx = torch.empty((b, t, layout.width), dtype=x.dtype, device=x.device)
-    p1, p2 = BACKWARD_DPRE, BACKWARD_DX
-    token_blocks = cdiv(t, p1.bt * p1.tiles)
+    one_pass = BACKWARD is not None and width <= ONE_PASS_WIDTH
+    first = BACKWARD if one_pass else BACKWARD_DPRE
+    token_blocks = cdiv(t, first.bt * first.tiles)
     dw_partial = torch.empty((b * token_blocks, d, width), dtype=torch.float32, device=x.device)
     if b * t:
         grads = tuple(g if g.stride(-1) == 1 else g.contiguous() for g in grads)
-        dpre = torch.empty((b, t, d), dtype=torch.float32 if DPRE_FLOAT32 else x.dtype, device=x.device)
         sequences = _sequence_args(x, cu_seqlens, t, layout)
-        bd1 = layout.block_size(p1.bd)
-        _kernels().short_conv_bwd_dpre_kernel[(cdiv(d, bd1), token_blocks, b)](
-            x=x,
-            sx_b=_batch_stride(x),
-            sx_t=x.stride(1),
-            dpre=dpre,
-            dw_partial=dw_partial,
+        bd1 = layout.block_size(first.bd)
+        common = {
+            "x": x,
+            "sx_b": _batch_stride(x),
+            "sx_t": x.stride(1),
+            "dw_partial": dw_partial,
             **_weight_args(weight),
             **_section_args(grads, ("dq", "dk", "dv")),
             **sequences,
-            **_constants(layout, width, bd1, p1, cu_seqlens),
-            BW=next_power_of_2(width),
-            DEFER=DEFER_DWEIGHT and width <= DEFERRED_TAPS,
-        )
-        bd2 = layout.block_size(p2.bd)
-        _kernels().short_conv_bwd_dx_kernel[(cdiv(d, bd2), cdiv(t, p2.bt * p2.tiles), b)](
-            dpre=dpre,
-            dx=dx,
-            sdx_b=_batch_stride(dx),
-            sdx_t=dx.stride(1),
-            **_weight_args(weight),
-            **sequences,
-            **_constants(layout, width, bd2, p2, cu_seqlens),
-        )
+            **_constants(layout, width, bd1, first, cu_seqlens),
+            "BW": next_power_of_2(width),
+        }
+        grid = (cdiv(d, bd1), token_blocks, b)
+        if one_pass:
+            _kernels().short_conv_bwd_kernel[grid](dx=dx, sdx_b=_batch_stride(dx), sdx_t=dx.stride(1), **common)
+        else:
+            _backward_two_pass(dx, sequences, layout, width, grid, common, cu_seqlens)
     dweight = dw_partial.sum(0) if b * t else dw_partial.new_zeros((d, width))
     return dx, dweight.view(weight.shape).to(weight.dtype)
+
+
+def _backward_two_pass(dx, sequences, layout: ProjectionLayout, width: int, grid, common: dict, cu_seqlens):
+    """dpre (and dweight's partials) by the first kernel, into a [B, T, D] temporary; dx from it by the second."""
+    x, w = common["x"], common["w"]
+    b, t, _ = x.shape
+    dpre = torch.empty((b, t, layout.channels), dtype=torch.float32 if DPRE_FLOAT32 else x.dtype, device=x.device)
+    _kernels().short_conv_bwd_dpre_kernel[grid](dpre=dpre, DEFER=DEFER_DWEIGHT and width <= DEFERRED_TAPS, **common)
+    p2 = BACKWARD_DX
+    bd2 = layout.block_size(p2.bd)
+    _kernels().short_conv_bwd_dx_kernel[(cdiv(layout.channels, bd2), cdiv(t, p2.bt * p2.tiles), b)](
+        dpre=dpre,
+        dx=dx,
+        sdx_b=_batch_stride(dx),
+        sdx_t=dx.stride(1),
+        **_weight_args(w),
+        **sequences,
+        **_constants(layout, width, bd2, p2, cu_seqlens),
+    )
 
 
 def _z_view(proj: torch.Tensor, layout: ProjectionLayout) -> torch.Tensor:
