@@ -1,4 +1,4 @@
-"""Time candidate launch configurations of the GDN short conv's kernels, and FLA's conv beside them.
+"""Time candidate launch configurations of the GDN short conv's three kernels, and FLA's conv beside them.
 
 A measurement script, not a test (pytest does not collect it). On a GPU node:
 
@@ -6,13 +6,11 @@ A measurement script, not a test (pytest does not collect it). On a GPU node:
 
 For each layout (Qwen3-Next's fused [q, k, v, z] projection per key head, Qwen3.5's [q | k | v],
 16/32 heads of 128, W = 4) and token count (two packed sequences, 1/4 and 3/4): every candidate
-configuration of the forward, the two-pass backward's dpre pass (with the default dx pass) and
-dx pass (with the best dpre pass), then the one-pass backward's against the best two passes
-("two-pass" in BWD), is checked against a float64 reference at 4096 tokens, then timed with
-triton.testing.do_bench (median, L2 flushed). Each measured row times the backward both ways
-(the configured one and the two passes; --two-pass makes the two passes the configured one).
-FLA's causal_conv1d (FLA_FLASH_QLA irrelevant here) runs on the gathered q/k/v, as slime's
-layer calls it after its torch.cat, and the cat is timed too. The last line is JSON.
+configuration of the forward, the backward's dpre pass (with the default dx pass) and the dx pass
+(with the best dpre pass) is checked against a float64 reference at 4096 tokens, then timed with
+triton.testing.do_bench (median, L2 flushed). FLA's causal_conv1d (FLA_FLASH_QLA irrelevant here)
+runs on the gathered q/k/v, as slime's layer calls it after its torch.cat, and the cat is timed too.
+The last line is JSON.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ import torch
 import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from runtime.triton_ops.references import causal_conv1d_silu64, l2norm64, rel_error
+from runtime.triton_ops.references import causal_conv1d_silu64, rel_error
 
 from slime_flashqla.triton_ops import causal_conv1d as cc
 
@@ -38,14 +36,8 @@ FWD = [C(16, 128, 1, 4), C(32, 128, 1, 4), C(32, 64, 1, 4), C(32, 128, 1, 2), C(
 FWD += [C(16, 128, 2, 4), C(64, 128, 1, 8), C(32, 128, 2, 8), C(16, 64, 4, 2)]
 DPRE = [C(bt, bd, tiles, 4) for bt in (16, 32) for bd in (32, 64) for tiles in (8, 16)] + [C(16, 32, 16, 2)]
 DPRE += [C(16, 64, 16, 2), C(16, 128, 8, 4), C(16, 128, 16, 8), C(32, 128, 8, 8), C(8, 128, 32, 4), C(32, 32, 32, 4)]
-FWD_QK_NORM = [C(32, 128, 1, 8), C(16, 128, 1, 4), C(32, 128, 1, 4), C(8, 128, 4, 4), C(16, 128, 2, 8)]
 DX = [C(16, 128, 1, 4), C(32, 128, 1, 4), C(32, 128, 2, 4), C(64, 128, 1, 4), C(32, 64, 1, 4), C(32, 128, 1, 2)]
 DX += [C(16, 64, 2, 2), C(16, 128, 2, 4), C(64, 128, 1, 8)]
-# The one-pass backward (cc.BACKWARD); None is the two passes (BACKWARD_DPRE + BACKWARD_DX).
-# sm_90 compile (no GPU): 4 float32 elements a thread per tile (BT * BD / (32 * warps)) take
-# 128 registers and no spills; 8 take 252-255, no spills; 16 (BT 32 x BD 128, 4 warps) spill.
-BWD = [C(8, 128, 16, 8), C(8, 128, 32, 8), C(8, 64, 32, 4), C(4, 128, 32, 4), C(16, 128, 16, 16)]
-BWD += [C(8, 128, 16, 4), C(16, 64, 16, 4), None]
 TUNE_LAYOUT, TUNE_TOKENS = "qwen3-next", 32768
 
 
@@ -82,43 +74,24 @@ def parity(layout) -> float:
     return max(rel_error(y, y64), rel_error(dproj[..., cols], p64.grad), rel_error(dweight, w64.grad))
 
 
-def qk_norm_parity(layout) -> float:
-    """max relative error of the forward with q/k L2-normalised per 128-channel head, at 4096 tokens against float64."""
-    lengths, cu, proj, weight, _ = inputs(layout, 4096, seed=1)
-    q, k, v = cc._forward(proj, weight, cu, layout, 4, cc._qk_rstd(proj, layout, 128))
-    y64 = causal_conv1d_silu64(proj.double()[..., columns(layout)], weight.double(), lengths)
-    q64, k64, v64 = torch.split(y64, layout.section_widths, dim=-1)
-    q64, k64 = (l2norm64(u.unflatten(-1, (-1, 128)), 1e-6).flatten(-2) for u in (q64, k64))
-    return max(rel_error(a, b) for a, b in ((q, q64), (k, k64), (v, v64)))
-
-
 def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def config_of(cfg):
-    """A configuration as a report writes it: its fields, or "two-pass" for BACKWARD = None."""
-    return "two-pass" if cfg is None else cfg.__dict__
-
-
-def launch_config(entry):
-    return None if entry == "two-pass" else cc.LaunchConfig(**entry)
-
-
-def sweep(layout, tokens, name, configs, set_config, call, check=parity):
+def sweep(layout, tokens, name, configs, set_config, call):
     rows = []
     for cfg in configs:
         set_config(cfg)
         try:
-            err = check(layout)
+            err = parity(layout)
             ms = bench(call)
         except Exception as error:  # a configuration that does not compile is a row, not a crash
-            rows.append({"kernel": name, "config": config_of(cfg), "error": f"{type(error).__name__}: {error}"[:200]})
+            rows.append({"kernel": name, "config": cfg.__dict__, "error": f"{type(error).__name__}: {error}"[:200]})
             continue
-        rows.append({"kernel": name, "config": config_of(cfg), "ms": ms, "parity": err})
+        rows.append({"kernel": name, "config": cfg.__dict__, "ms": ms, "parity": err})
     ok = [r for r in rows if "ms" in r and r["parity"] < 1.2e-2]
     best = min(ok, key=lambda r: r["ms"])
-    set_config(launch_config(best["config"]))
+    set_config(cc.LaunchConfig(**best["config"]))
     return rows, best
 
 
@@ -128,25 +101,8 @@ def fla_conv():
     return causal_conv1d
 
 
-def tune_qk_norm(report) -> dict:
-    """Sweep the forward that also normalises q/k heads at Qwen3-Next's layout and 32k tokens; leave the best set."""
-    layout = LAYOUTS[TUNE_LAYOUT]
-    _, cu, proj, weight, _ = inputs(layout, TUNE_TOKENS)
-
-    def fwd_qk_norm():
-        cc._forward(proj, weight, cu, layout, 4, cc._qk_rstd(proj, layout, 128))
-
-    report["fwd_qk_norm_sweep"], best = sweep(
-        layout, TUNE_TOKENS, "fwd-qk-norm", FWD_QK_NORM, lambda c: setattr(cc, "FORWARD_QK_NORM", c), fwd_qk_norm,
-        check=qk_norm_parity,
-    )  # fmt: skip
-    for row in report["fwd_qk_norm_sweep"]:
-        print(f"  {row['kernel']:16} {row['config']} {row.get('ms', row.get('error'))}", flush=True)
-    return best
-
-
 def tune(report) -> None:
-    """Sweep the kernels at Qwen3-Next's layout and 32k tokens; leave the best configurations set."""
+    """Sweep the three kernels at Qwen3-Next's layout and 32k tokens; leave the best configurations set."""
     layout = LAYOUTS[TUNE_LAYOUT]
     _, cu, proj, weight, grads = inputs(layout, TUNE_TOKENS)
 
@@ -157,9 +113,6 @@ def tune(report) -> None:
         cc._backward(proj, weight, cu, layout, 4, grads)
 
     report["fwd_sweep"], best_f = sweep(layout, TUNE_TOKENS, "fwd", FWD, lambda c: setattr(cc, "FORWARD", c), fwd)
-
-    best_n = tune_qk_norm(report)
-    one_pass, cc.BACKWARD = cc.BACKWARD, None  # the two passes' own sweeps first
     cc.DEFER_DWEIGHT = False
     report["dpre_undeferred"], _ = sweep(
         layout, TUNE_TOKENS, "dpre-undeferred", [C(32, 64, 8, 4)], lambda c: setattr(cc, "BACKWARD_DPRE", c), bwd
@@ -169,36 +122,24 @@ def tune(report) -> None:
         layout, TUNE_TOKENS, "dpre", DPRE, lambda c: setattr(cc, "BACKWARD_DPRE", c), bwd
     )
     report["dx_sweep"], best_x = sweep(layout, TUNE_TOKENS, "dx", DX, lambda c: setattr(cc, "BACKWARD_DX", c), bwd)
-    cc.BACKWARD = one_pass
-    report["bwd_sweep"], best_b = sweep(layout, TUNE_TOKENS, "bwd", BWD, lambda c: setattr(cc, "BACKWARD", c), bwd)
-    for rows in (
-        report["fwd_sweep"],
-        report["dpre_undeferred"] + report["dpre_sweep"],
-        report["dx_sweep"],
-        report["bwd_sweep"],
-    ):
+    for rows in (report["fwd_sweep"], report["dpre_undeferred"] + report["dpre_sweep"], report["dx_sweep"]):
         for row in rows:
             print(f"  {row['kernel']:16} {row['config']} {row.get('ms', row.get('error'))}", flush=True)
-    print(f"best fwd {best_f['config']} fwd-qk-norm {best_n['config']}", flush=True)
-    print(f"best dpre {best_p['config']} dx {best_x['config']} bwd {best_b['config']}", flush=True)
+    print(f"best fwd {best_f['config']} dpre {best_p['config']} dx {best_x['config']}", flush=True)
 
 
 def apply_to_source() -> None:
     """Write the configurations now set into causal_conv1d.py (on a disposable checkout: the device's copy)."""
     path = Path(cc.__file__)
     text = path.read_text()
-    for name in ("FORWARD", "FORWARD_QK_NORM", "BACKWARD", "BACKWARD_DPRE", "BACKWARD_DX"):
+    for name in ("FORWARD", "BACKWARD_DPRE", "BACKWARD_DX"):
         cfg = getattr(cc, name)
-        value = (
-            "None" if cfg is None else f"LaunchConfig(bt={cfg.bt}, bd={cfg.bd}, tiles={cfg.tiles}, warps={cfg.warps})"
-        )
-        text, found = re.subn(
-            rf"^({name}(?:: [^=]+)?) = (?:LaunchConfig\(.*\)|None)$",
-            lambda m, value=value: f"{m.group(1)} = {value}",
+        text = re.sub(
+            rf"^{name} = LaunchConfig\(.*\)$",
+            f"{name} = LaunchConfig(bt={cfg.bt}, bd={cfg.bd}, tiles={cfg.tiles}, warps={cfg.warps})",
             text,
             flags=re.M,
         )
-        assert found == 1, f"no {name} = ... line in {path}"
     path.write_text(text)
     print(f"wrote the configurations into {path}", flush=True)
 
@@ -209,12 +150,6 @@ def measure(layout_name, layout, tokens, fla) -> dict:
     entry = {"layout": layout_name, "tokens": tokens}
     entry["ours_fwd_ms"] = bench(lambda: cc._forward(proj, weight, cu, layout, 4))
     entry["ours_bwd_ms"] = bench(lambda: cc._backward(proj, weight, cu, layout, 4, grads))
-    rstd = cc._qk_rstd(proj, layout, 128)
-    entry["ours_fwd_qk_norm_ms"] = bench(lambda: cc._forward(proj, weight, cu, layout, 4, rstd))
-    one_pass, cc.BACKWARD = cc.BACKWARD, None
-    entry["ours_bwd_two_pass_ms"] = bench(lambda: cc._backward(proj, weight, cu, layout, 4, grads))
-    entry["ours_parity_two_pass"] = parity(layout)
-    cc.BACKWARD = one_pass
     entry["ours_parity"] = parity(layout)
     pl, wl = proj.detach().requires_grad_(), weight.detach().requires_grad_()
 
@@ -228,9 +163,7 @@ def measure(layout_name, layout, tokens, fla) -> dict:
     dmixed = torch.cat(grads, -1)
     entry["cat_ms"] = bench(lambda: proj[..., cols].contiguous())
     line = (
-        f"{layout_name:10} T={tokens:6} ours fwd {entry['ours_fwd_ms']:.3f} (q/k normalised "
-        f"{entry['ours_fwd_qk_norm_ms']:.3f}) bwd {entry['ours_bwd_ms']:.3f} "
-        f"(two-pass {entry['ours_bwd_two_pass_ms']:.3f}, parity {entry['ours_parity_two_pass']:.1e}) "
+        f"{layout_name:10} T={tokens:6} ours fwd {entry['ours_fwd_ms']:.3f} bwd {entry['ours_bwd_ms']:.3f} "
         f"fwd+bwd {entry['ours_fwdbwd_ms']:.3f} (parity {entry['ours_parity']:.1e}) | cat {entry['cat_ms']:.3f}"
     )
     if fla is not None:
@@ -258,39 +191,23 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="only the current configurations, no sweep")
     parser.add_argument("--apply", action="store_true", help="write the best configurations into causal_conv1d.py")
     parser.add_argument("--no-fla", action="store_true", help="leave FLA's conv out")
-    parser.add_argument("--qk-norm-sweep", action="store_true", help="sweep only the q/k-normalising forward")
-    parser.add_argument("--two-pass", action="store_true", help="the two-pass backward throughout (BACKWARD = None)")
     parser.add_argument("--apply-from", default=None, help="write a report's configurations into the source and exit")
     args = parser.parse_args()
     if args.apply_from:
         configs = json.loads(Path(args.apply_from).read_text())["configs"]
-        for name, key in (
-            ("FORWARD", "fwd"),
-            ("FORWARD_QK_NORM", "fwd_qk_norm"),
-            ("BACKWARD_DPRE", "dpre"),
-            ("BACKWARD_DX", "dx"),
-        ):
-            if key in configs:  # reports from before a kernel existed lack its key
-                setattr(cc, name, cc.LaunchConfig(**configs[key]))
-        if "bwd" in configs:  # reports from before the one-pass backward have none
-            cc.BACKWARD = launch_config(configs["bwd"])
+        for name, key in (("FORWARD", "fwd"), ("BACKWARD_DPRE", "dpre"), ("BACKWARD_DX", "dx")):
+            setattr(cc, name, cc.LaunchConfig(**configs[key]))
         apply_to_source()
         return
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
-    if args.two_pass:
-        cc.BACKWARD = None
-    if args.qk_norm_sweep:
-        tune_qk_norm(report)
-    elif not args.quick:
+    if not args.quick:
         tune(report)
         if args.apply:
             apply_to_source()
     report["configs"] = {
         "fwd": cc.FORWARD.__dict__,
-        "fwd_qk_norm": cc.FORWARD_QK_NORM.__dict__,
         "dpre": cc.BACKWARD_DPRE.__dict__,
         "dx": cc.BACKWARD_DX.__dict__,
-        "bwd": config_of(cc.BACKWARD),
         "dpre_float32": cc.DPRE_FLOAT32,
         "defer_dweight": cc.DEFER_DWEIGHT,
     }

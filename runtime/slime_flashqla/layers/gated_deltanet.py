@@ -196,7 +196,7 @@ class _GatedDeltaNetBase(nn.Module):
         return get_chunk_gated_delta_rule(backend)
 
     def _mix(self, hidden_states, cu_seqlens, layout):  # pragma: no cover - defined by subclasses
-        """(q, k, v, z, b, a): q/k/v after the short conv (q/k L2-normalised per head), z, and the gates' b and a."""
+        """(q, k, v, z, b, a): q/k/v after the short conv, z, and the gates' inputs b and a."""
         raise NotImplementedError
 
     def _gathered(self, layout, pieces, *bases: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -245,7 +245,7 @@ class _GatedDeltaNetBase(nn.Module):
             beta=beta,
             initial_state=None,
             output_final_state=False,
-            use_qk_l2norm_in_kernel=False,  # normalised by the short conv (`_mix`)
+            use_qk_l2norm_in_kernel=True,
             cu_seqlens=cu_seqlens,
         )
         if layout is not None and self.cp.size > 1:
@@ -315,7 +315,7 @@ class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
             # The checkpoint lays q, k, v, z out per key head: [Hk, (K, K, group*V, group*V)], and
             # b, a as [Hk, (group, group)]; the conv and the gates read them there.
             query, key, value, z = short_conv_silu(
-                qkvz, conv_weight, cu_seqlens, ProjectionLayout(heads, k_dim, v_dim, v_dim), k_dim
+                qkvz, conv_weight, cu_seqlens, ProjectionLayout(heads, k_dim, v_dim, v_dim)
             )
             return query, key, value, z, ba[..., :group], ba[..., group:]
         # q, k, v and b, a of this rank's head group travel together; z stays here for the norm,
@@ -330,7 +330,7 @@ class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
         own_heads = self.kernel_config.num_key_heads
         # b, a and the exchange's padding (context_parallel.GROUP_ALIGN) follow v in each group.
         conv_layout = ProjectionLayout(own_heads, k_dim, v_dim, mixed.shape[-1] // own_heads - 2 * k_dim - v_dim)
-        query, key, value, gates = short_conv_silu(mixed, conv_weight, cu_seqlens, conv_layout, k_dim)
+        query, key, value, gates = short_conv_silu(mixed, conv_weight, cu_seqlens, conv_layout)
         return query, key, value, z, gates[..., :group], gates[..., group : 2 * group]
 
 
@@ -371,7 +371,7 @@ class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
         heads = self.num_v_heads
         if self.cp.size == 1:
             query, key, value = short_conv_silu(
-                qkv, conv_weight, cu_seqlens, ProjectionLayout(1, self.key_dim, self.value_dim), self.head_k_dim
+                qkv, conv_weight, cu_seqlens, ProjectionLayout(1, self.key_dim, self.value_dim)
             )
             return query, key, value, z, ba[..., :heads], ba[..., heads:]
         # The flat checkpoint layout [q_all, k_all, v_all], [b_all, a_all]: each section's head
@@ -389,7 +389,7 @@ class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
         (mixed,) = self._gathered(layout, pieces, qkv, ba)
         own = self.kernel_config
         conv_layout = ProjectionLayout(1, own.key_dim, own.value_dim, mixed.shape[-1] - 2 * own.key_dim - own.value_dim)
-        query, key, value, gates = short_conv_silu(mixed, conv_weight, cu_seqlens, conv_layout, self.head_k_dim)
+        query, key, value, gates = short_conv_silu(mixed, conv_weight, cu_seqlens, conv_layout)
         heads = own.num_value_heads
         return query, key, value, z, gates[..., :heads], gates[..., heads : 2 * heads]
 

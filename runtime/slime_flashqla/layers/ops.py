@@ -61,11 +61,11 @@ def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=None) -
     return triton_ops.causal_conv1d_silu_reference(x, weight, cu_seqlens)
 
 
-def short_conv_silu(proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout, qk_head_dim):
-    """(q, k, v[, z]) of a GDN projection, q/k L2-normalised per head: the short conv read in place, Triton on CUDA."""
+def short_conv_silu(proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout):
+    """(q, k, v[, z]) of a GDN projection: the short conv read in place, this package's Triton kernels on CUDA."""
     if use_triton_ops(proj):
-        return triton_ops.short_conv_silu(proj, weight, cu_seqlens, layout, qk_head_dim)
-    return triton_ops.short_conv_silu_reference(proj, weight, cu_seqlens, layout, qk_head_dim)
+        return triton_ops.short_conv_silu(proj, weight, cu_seqlens, layout)
+    return triton_ops.short_conv_silu_reference(proj, weight, cu_seqlens, layout)
 
 
 def gdn_gates(a, b, A_log, dt_bias):

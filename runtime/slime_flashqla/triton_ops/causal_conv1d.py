@@ -7,9 +7,7 @@ Two entry points on the same kernels, each beside its PyTorch reference:
   straight out of the input projection's output, whatever its column layout (`ProjectionLayout`):
   returns q, k, v as dense tensors (and z as a view of `proj`), and its backward writes one
   gradient for the whole projection output. No gathered copy of q/k/v is made in either pass
-  (`short_conv_silu_reference` gathers, convolves and splits). With `qk_head_dim` the forward
-  also L2-normalises q and k per head (what the GDN kernels' `use_qk_l2norm_in_kernel` asks
-  for) in the same tiles, so q/k are not read and written again by a separate l2norm pass.
+  (`short_conv_silu_reference` gathers, convolves and splits).
 
 Each token's sequence comes from a binary search over cu_seqlens inside the kernels, so
 nothing is read back to the host. Rounding follows `causal_conv1d_silu_reference`: the conv
@@ -17,16 +15,9 @@ output is rounded to x's dtype, as F.conv1d's output tensor is, before the float
 cu_seqlens is trusted as the caller checked it (the layers run gdn.inputs' checked_cu_seqlens
 first): checking its values here would need a host sync.
 
-The backward is one pass for kernel widths up to ONE_PASS_WIDTH (Qwen's 4): each tile of tokens
-t reads x at t-(W-1)..t+(W-1) and dy at t..t+W-1, recomputes pre = conv(x) at t..t+W-1 (rounded
-through x's dtype as the forward rounds it), and sums dx(t) = sum_j w[W-1-j] dpre(t+j) over the
-leads inside t's sequence, dpre = dy * silu'(pre), reading x and dy and writing dx once each.
-Wider kernels (or BACKWARD = None) take two passes: the first recomputes the conv, writes dpre
-to a [B, T, D] temporary in x's dtype and reduces dweight, the second turns dpre into dx. The
-one pass keeps dpre in float32 and so skips that rounding: in bfloat16 its dx is the closer to
-a float64 reference (tests/runtime/triton_ops/test_causal_conv1d.py checks it); in float32 the
-two agree to float32 rounding. dweight: each program writes a float32 partial [D, W] for its
-tokens, summed by torch afterwards: no atomics, deterministic for a token count.
+The backward is two passes: the first recomputes the conv, writes dpre = dy * silu'(pre) and
+reduces dweight, the second turns dpre into dx. dweight: each program writes a float32 partial
+[D, W] for its tokens, summed by torch afterwards: no atomics, deterministic for a token count.
 """
 
 from __future__ import annotations
@@ -40,8 +31,6 @@ import torch
 import torch.nn.functional as F
 
 from slime_flashqla.triton_ops._host import cdiv, check_float, next_power_of_2, on_tensor_device
-from slime_flashqla.triton_ops.l2norm import EPS as L2NORM_EPS
-from slime_flashqla.triton_ops.l2norm import l2norm_bwd, l2norm_fwd, l2norm_reference
 from slime_flashqla.triton_ops.word_copy import copy_words
 
 MAX_WIDTH = 8
@@ -60,15 +49,6 @@ class LaunchConfig:
 # Fixed launches: no autotuning, so a process compiles each (dtype, layout, W) once.
 # Chosen by tools/gpu/conv_tune.py on an H200 (docs/benchmarks.md has the run).
 FORWARD = LaunchConfig(bt=32, bd=128, tiles=1, warps=4)
-# The forward that also L2-normalises q/k heads holds each row's sum as well: its own launch.
-FORWARD_QK_NORM = LaunchConfig(bt=32, bd=128, tiles=1, warps=8)
-# The backward in one pass (`short_conv_bwd_kernel`: x and dy in, dx and dweight partials out)
-# for widths up to ONE_PASS_WIDTH; wider kernels, or BACKWARD = None, take the two passes
-# below (dpre through memory, then dx). Not yet timed on a GPU: picked from its sm_90 compile,
-# where 4 float32 elements a thread per tile (BT * BD / (32 * warps)) take 128 registers, 8
-# take 252-255 and 16 spill; tools/gpu/conv_tune.py's BWD sweeps it against the two passes.
-BACKWARD: LaunchConfig | None = LaunchConfig(bt=8, bd=128, tiles=16, warps=8)
-ONE_PASS_WIDTH = 4
 BACKWARD_DPRE = LaunchConfig(bt=8, bd=128, tiles=32, warps=4)
 BACKWARD_DX = LaunchConfig(bt=32, bd=128, tiles=1, warps=2)
 # dpre passes between the backward's two kernels in x's dtype (float32 measured slower, same parity).
@@ -221,16 +201,12 @@ def _constants(layout: ProjectionLayout, width: int, bd: int, cfg: LaunchConfig,
     }
 
 
-def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, rstd: torch.Tensor | None = None):
-    """The sections' dense outputs (q, k, v) or (y,), each [B, T, section channels].
-
-    With `rstd` ([2, B, T, q heads] float32, from `_qk_rstd`) q and k come out L2-normalised per
-    head and their factors are written there.
-    """
+def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int):
+    """The sections' dense outputs (q, k, v) or (y,), each [B, T, section channels]."""
     b, t, _ = x.shape
     outputs = tuple(torch.empty((b, t, n), dtype=x.dtype, device=x.device) for n in layout.section_widths)
     if b * t:
-        cfg = FORWARD if rstd is None else FORWARD_QK_NORM
+        cfg = FORWARD
         bd = layout.block_size(cfg.bd)
         grid = (cdiv(layout.channels, bd), cdiv(t, cfg.bt * cfg.tiles), b)
         _kernels().short_conv_fwd_kernel[grid](
@@ -239,32 +215,10 @@ def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, rstd: 
             sx_t=x.stride(1),
             **_weight_args(weight),
             **_section_args(outputs, ("yq", "yk", "yv")),
-            rstd=x if rstd is None else rstd,
-            eps=L2NORM_EPS,
-            NORM_QK=rstd is not None,
             **_sequence_args(x, cu_seqlens, t, layout),
             **_constants(layout, width, bd, cfg, cu_seqlens),
         )
     return outputs
-
-
-def _qk_rstd(x, layout: ProjectionLayout, head_dim: int) -> torch.Tensor | None:
-    """rstd's buffer where the forward can normalise q/k heads of `head_dim` in its tiles (one head a tile), or None."""
-    if layout.q_width == 0 or layout.q_width % head_dim or layout.block_size(FORWARD_QK_NORM.bd) != head_dim:
-        return None
-    b, t, _ = x.shape
-    return torch.empty((2, b, t, layout.groups * layout.q_width // head_dim), dtype=torch.float32, device=x.device)
-
-
-def _normalised(outputs, layout: ProjectionLayout, head_dim: int, rstd: torch.Tensor | None):
-    """(q, k, v, rstd_q, rstd_k): q/k L2-normalised per head, by the forward (rstd given) or by l2norm_fwd after it."""
-    q, k, v = outputs
-    b, t, _ = q.shape
-    heads = layout.groups * layout.q_width // head_dim
-    if rstd is not None:
-        return q, k, v, rstd[0], rstd[1]
-    (q, rstd_q), (k, rstd_k) = (l2norm_fwd(y.view(b, t, heads, head_dim)) for y in (q, k))
-    return q.view(b, t, -1), k.view(b, t, -1), v, rstd_q, rstd_k
 
 
 def _backward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, grads):
@@ -272,51 +226,39 @@ def _backward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, grads
     b, t, _ = x.shape
     d = layout.channels
     dx = torch.empty((b, t, layout.width), dtype=x.dtype, device=x.device)
-    one_pass = BACKWARD is not None and width <= ONE_PASS_WIDTH
-    first = BACKWARD if one_pass else BACKWARD_DPRE
-    token_blocks = cdiv(t, first.bt * first.tiles)
+    p1, p2 = BACKWARD_DPRE, BACKWARD_DX
+    token_blocks = cdiv(t, p1.bt * p1.tiles)
     dw_partial = torch.empty((b * token_blocks, d, width), dtype=torch.float32, device=x.device)
     if b * t:
         grads = tuple(g if g.stride(-1) == 1 else g.contiguous() for g in grads)
+        dpre = torch.empty((b, t, d), dtype=torch.float32 if DPRE_FLOAT32 else x.dtype, device=x.device)
         sequences = _sequence_args(x, cu_seqlens, t, layout)
-        bd1 = layout.block_size(first.bd)
-        common = {
-            "x": x,
-            "sx_b": _batch_stride(x),
-            "sx_t": x.stride(1),
-            "dw_partial": dw_partial,
+        bd1 = layout.block_size(p1.bd)
+        _kernels().short_conv_bwd_dpre_kernel[(cdiv(d, bd1), token_blocks, b)](
+            x=x,
+            sx_b=_batch_stride(x),
+            sx_t=x.stride(1),
+            dpre=dpre,
+            dw_partial=dw_partial,
             **_weight_args(weight),
             **_section_args(grads, ("dq", "dk", "dv")),
             **sequences,
-            **_constants(layout, width, bd1, first, cu_seqlens),
-            "BW": next_power_of_2(width),
-        }
-        grid = (cdiv(d, bd1), token_blocks, b)
-        if one_pass:
-            _kernels().short_conv_bwd_kernel[grid](dx=dx, sdx_b=_batch_stride(dx), sdx_t=dx.stride(1), **common)
-        else:
-            _backward_two_pass(dx, sequences, layout, width, grid, common, cu_seqlens)
+            **_constants(layout, width, bd1, p1, cu_seqlens),
+            BW=next_power_of_2(width),
+            DEFER=DEFER_DWEIGHT and width <= DEFERRED_TAPS,
+        )
+        bd2 = layout.block_size(p2.bd)
+        _kernels().short_conv_bwd_dx_kernel[(cdiv(d, bd2), cdiv(t, p2.bt * p2.tiles), b)](
+            dpre=dpre,
+            dx=dx,
+            sdx_b=_batch_stride(dx),
+            sdx_t=dx.stride(1),
+            **_weight_args(weight),
+            **sequences,
+            **_constants(layout, width, bd2, p2, cu_seqlens),
+        )
     dweight = dw_partial.sum(0) if b * t else dw_partial.new_zeros((d, width))
     return dx, dweight.view(weight.shape).to(weight.dtype)
-
-
-def _backward_two_pass(dx, sequences, layout: ProjectionLayout, width: int, grid, common: dict, cu_seqlens):
-    """dpre (and dweight's partials) by the first kernel, into a [B, T, D] temporary; dx from it by the second."""
-    x, w = common["x"], common["w"]
-    b, t, _ = x.shape
-    dpre = torch.empty((b, t, layout.channels), dtype=torch.float32 if DPRE_FLOAT32 else x.dtype, device=x.device)
-    _kernels().short_conv_bwd_dpre_kernel[grid](dpre=dpre, DEFER=DEFER_DWEIGHT and width <= DEFERRED_TAPS, **common)
-    p2 = BACKWARD_DX
-    bd2 = layout.block_size(p2.bd)
-    _kernels().short_conv_bwd_dx_kernel[(cdiv(layout.channels, bd2), cdiv(t, p2.bt * p2.tiles), b)](
-        dpre=dpre,
-        dx=dx,
-        sdx_b=_batch_stride(dx),
-        sdx_t=dx.stride(1),
-        **_weight_args(w),
-        **sequences,
-        **_constants(layout, width, bd2, p2, cu_seqlens),
-    )
 
 
 def _z_view(proj: torch.Tensor, layout: ProjectionLayout) -> torch.Tensor:
@@ -326,44 +268,26 @@ def _z_view(proj: torch.Tensor, layout: ProjectionLayout) -> torch.Tensor:
 
 
 class ShortConvSilu(torch.autograd.Function):
-    """silu(causal depthwise conv1d) of the q/k/v columns of a projection, with z passed through as a view.
-
-    With `qk_head_dim`, q and k are L2-normalised per head as well; their backward runs
-    l2norm_bwd from the saved normalised q/k (the tensors the GDN kernel saves too) and rstd.
-    """
+    """silu(causal depthwise conv1d) of the q/k/v columns of a projection, with z passed through as a view."""
 
     @staticmethod
-    def forward(ctx, proj, weight, cu_seqlens, layout, width, qk_head_dim):
-        ctx.layout, ctx.width, ctx.qk_head_dim = layout, width, qk_head_dim
-        rstd = None if qk_head_dim is None else _qk_rstd(proj, layout, qk_head_dim)
-        outputs = _forward(proj, weight, cu_seqlens, layout, width, rstd)
-        if qk_head_dim is None:
-            ctx.save_for_backward(proj, weight, cu_seqlens)
-        else:
-            q, k, v, rstd_q, rstd_k = _normalised(outputs, layout, qk_head_dim, rstd)
-            outputs = (q, k, v)
-            ctx.save_for_backward(proj, weight, cu_seqlens, q, k, rstd_q, rstd_k)
+    def forward(ctx, proj, weight, cu_seqlens, layout, width):
+        ctx.save_for_backward(proj, weight, cu_seqlens)
+        ctx.layout, ctx.width = layout, width
+        outputs = _forward(proj, weight, cu_seqlens, layout, width)
         if layout.z_width:
             outputs = (*outputs, _z_view(proj, layout))
         return outputs
 
     @staticmethod
     def backward(ctx, *grads):
-        proj, weight, cu_seqlens, *normed = ctx.saved_tensors
+        proj, weight, cu_seqlens = ctx.saved_tensors
         layout = ctx.layout
         sections = len(layout.section_widths)
         conv_grads = tuple(
             g if g is not None else torch.zeros((*proj.shape[:2], n), dtype=proj.dtype, device=proj.device)
             for g, n in zip(grads[:sections], layout.section_widths, strict=True)
         )
-        if normed:
-            q, k, rstd_q, rstd_k = normed
-            shape = (*rstd_q.shape, ctx.qk_head_dim)
-            dq, dk = (
-                l2norm_bwd(y.view(shape), rstd, dy.reshape(shape)).view(dy.shape)
-                for y, rstd, dy in ((q, rstd_q, conv_grads[0]), (k, rstd_k, conv_grads[1]))
-            )
-            conv_grads = (dq, dk, *conv_grads[2:])
         dproj, dweight = _backward(proj, weight, cu_seqlens, layout, ctx.width, conv_grads)
         if layout.z_width:
             dz = grads[sections]
@@ -372,19 +296,16 @@ class ShortConvSilu(torch.autograd.Function):
                 target.zero_()
             else:
                 copy_words(target, dz)
-        return dproj, dweight, None, None, None, None
+        return dproj, dweight, None, None, None
 
 
-def _apply(x, weight, cu_seqlens, layout, op, qk_head_dim=None):
+def _apply(x, weight, cu_seqlens, layout, op):
     width = _check(x, weight, cu_seqlens, layout, op)
     if x.stride(-1) != 1:
         x = x.contiguous()
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return ShortConvSilu.apply(x, weight, cu_seqlens, layout, width, qk_head_dim)
-    rstd = None if qk_head_dim is None else _qk_rstd(x, layout, qk_head_dim)
-    outputs = _forward(x, weight, cu_seqlens, layout, width, rstd)
-    if qk_head_dim is not None:
-        outputs = _normalised(outputs, layout, qk_head_dim, rstd)[:3]
+        return ShortConvSilu.apply(x, weight, cu_seqlens, layout, width)
+    outputs = _forward(x, weight, cu_seqlens, layout, width)
     return (*outputs, _z_view(x, layout)) if layout.z_width else outputs
 
 
@@ -399,28 +320,12 @@ def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.
 
 @on_tensor_device
 def short_conv_silu(
-    proj: torch.Tensor,
-    weight: torch.Tensor,
-    cu_seqlens: torch.Tensor | None,
-    layout: ProjectionLayout,
-    qk_head_dim: int | None = None,
+    proj: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.Tensor | None, layout: ProjectionLayout
 ) -> tuple[torch.Tensor, ...]:
-    """(q, k, v[, z]) of a GDN layer's projection [B, T, layout.width]: q/k/v conv'd and dense, z a view.
-
-    With `qk_head_dim`, q and k come out L2-normalised over each head of that many channels
-    (FLA's `use_qk_l2norm_in_kernel`, eps 1e-6), in the conv's own pass where a tile is one head.
-    """
+    """(q, k, v[, z]) of a GDN layer's projection [B, T, layout.width]: q/k/v conv'd and dense, z a view."""
     if layout.q_width == 0:
         raise ValueError("short_conv_silu: the layout has no q/k columns (use causal_conv1d_silu)")
-    _check_head_dim(layout, qk_head_dim)
-    return _apply(proj, weight, cu_seqlens, layout, "short_conv_silu", qk_head_dim)
-
-
-def _check_head_dim(layout: ProjectionLayout, qk_head_dim: int | None) -> None:
-    if qk_head_dim is not None and (qk_head_dim < 1 or layout.q_width % qk_head_dim):
-        raise ValueError(
-            f"short_conv_silu: qk_head_dim {qk_head_dim} must divide the layout's q width {layout.q_width}"
-        )
+    return _apply(proj, weight, cu_seqlens, layout, "short_conv_silu")
 
 
 def causal_conv1d_silu_reference(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=None) -> torch.Tensor:
@@ -438,11 +343,8 @@ def causal_conv1d_silu_reference(x: torch.Tensor, weight: torch.Tensor, cu_seqle
     return torch.cat([x[:, :0], *(conv(x[:, a:b]) for a, b in itertools.pairwise(offsets) if b > a)], dim=1)
 
 
-def short_conv_silu_reference(
-    proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout, qk_head_dim: int | None = None
-):
-    """`short_conv_silu` in PyTorch: q/k/v gathered from `layout`, conv'd, split, q/k normalised per head; z a view."""
-    _check_head_dim(layout, qk_head_dim)
+def short_conv_silu_reference(proj: torch.Tensor, weight: torch.Tensor, cu_seqlens, layout: ProjectionLayout):
+    """`short_conv_silu` in PyTorch: q/k/v gathered from `layout`, conv'd and split; z a view."""
     b, t, _ = proj.shape
     groups = proj.view(b, t, layout.groups, layout.group_width)
     qw, vw = layout.q_width, layout.v_width
@@ -450,10 +352,6 @@ def short_conv_silu_reference(
     parts = [groups[..., s : s + w].reshape(b, t, -1) for s, w in zip(starts, (qw, qw, vw), strict=True)]
     y = causal_conv1d_silu_reference(torch.cat(parts, dim=-1), weight, cu_seqlens)
     q, k, v = torch.split(y, layout.section_widths, dim=-1)
-    if qk_head_dim is not None:
-        # In float32 (float64 stays), as the torch backend's use_qk_l2norm_in_kernel normalises.
-        compute = torch.promote_types(q.dtype, torch.float32)
-        q, k = (l2norm_reference(u.view(b, t, -1, qk_head_dim).to(compute)).to(u.dtype).view(b, t, -1) for u in (q, k))
     if not layout.z_width:
         return q, k, v
     return q, k, v, groups[..., layout.group_width - layout.z_width :]

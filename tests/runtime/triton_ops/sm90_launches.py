@@ -5,9 +5,8 @@ each op's host function is called with CPU tensors at several token counts, ever
 captured instead of run, and Triton's own binder turns its arguments into the
 specialisation (signature, constants, divisibility) and compile options it would use on a
 GPU. The script prints one JSON object: per kernel, the distinct specialisations seen across
-the token counts, and for the first one the registers, stack and local bytes of the sm_90
-cubin (ptxas puts spilled registers on the stack). Uses Triton 3.6's JIT internals; where
-they are missing (3.4 has no _pack_args) it exits 3.
+the token counts, and for the first one the registers and local (spill) bytes of the sm_90
+cubin. Uses Triton 3.6's JIT internals; where they are missing (3.4 has no _pack_args) it exits 3.
 """
 
 from __future__ import annotations
@@ -67,15 +66,7 @@ def main() -> None:
             label[0] = name
             w = torch.randn(layout.channels, 1, 4, dtype=torch.bfloat16)
             outputs = causal_conv1d._forward(x, w, cu, layout, 4)
-            grads = tuple(torch.randn_like(o) for o in outputs)
-            causal_conv1d._backward(x, w, cu, layout, 4, grads)
-            # The two-pass backward (wider kernels' path, and conv_tune's comparison) at the same width.
-            one_pass, causal_conv1d.BACKWARD = causal_conv1d.BACKWARD, None
-            causal_conv1d._backward(x, w, cu, layout, 4, grads)
-            causal_conv1d.BACKWARD = one_pass
-            if layout.q_width:  # the layers' forward: q/k normalised per 128-channel head in the conv
-                label[0] = name[:-1] + "+qk-norm]"
-                causal_conv1d._forward(x, w, cu, layout, 4, causal_conv1d._qk_rstd(x, layout, 128))
+            causal_conv1d._backward(x, w, cu, layout, 4, tuple(torch.randn_like(o) for o in outputs))
         label[0] = ""
         ba = torch.randn(1, tokens, 16, 4, dtype=torch.bfloat16)
         a_log, dt_bias = torch.randn(32, dtype=torch.bfloat16), torch.randn(32, dtype=torch.bfloat16)
@@ -113,12 +104,8 @@ def main() -> None:
             cubin.write(kernel.asm["cubin"])
             cubin.flush()
             usage = subprocess.run([str(cuobjdump), "-res-usage", cubin.name], capture_output=True, text=True).stdout
-        found = re.search(r"REG:(\d+) STACK:(\d+).*?LOCAL:(\d+)", usage, re.S)
-        if found:
-            # ptxas puts spilled registers on the stack (STACK), not in LOCAL, for these kernels.
-            entry.update(
-                registers=int(found.group(1)), stack_bytes=int(found.group(2)), local_bytes=int(found.group(3))
-            )
+        found = re.search(r"REG:(\d+).*?LOCAL:(\d+)", usage, re.S)
+        entry.update(registers=int(found.group(1)), local_bytes=int(found.group(2))) if found else None
         entry.update(num_warps=options.num_warps, maxnreg=options.maxnreg)
     print(json.dumps(report))
 

@@ -52,7 +52,8 @@ def _step(inp: dict) -> None:
 def _kernels():
     return [
         conv_kernels().short_conv_fwd_kernel,
-        conv_kernels().short_conv_bwd_kernel,  # W = 4: the one-pass backward
+        conv_kernels().short_conv_bwd_dpre_kernel,
+        conv_kernels().short_conv_bwd_dx_kernel,
         gates_kernels().gdn_gates_fwd_kernel,
         gates_kernels().gdn_gates_bwd_kernel,
         l2norm_kernels().l2norm_fwd_kernel,

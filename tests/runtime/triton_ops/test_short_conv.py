@@ -10,17 +10,8 @@ import pytest
 import torch
 
 from slime_flashqla.triton_ops import ProjectionLayout, short_conv_silu
-from slime_flashqla.triton_ops.l2norm import EPS
 
-from .references import (
-    assert_parity,
-    causal_conv1d_silu64,
-    cu_seqlens_of,
-    generator,
-    l2norm64,
-    packed_lengths,
-    randn,
-)
+from .references import assert_parity, causal_conv1d_silu64, cu_seqlens_of, generator, packed_lengths, randn
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -35,7 +26,7 @@ def reference_columns(groups: int, q: int, v: int, z: int) -> tuple[list[int], l
     return qs + ks + vs, zs
 
 
-def run(layout: ProjectionLayout, dtype, lengths, seed: int, qk_head_dim: int | None = None):
+def run(layout: ProjectionLayout, dtype, lengths, seed: int):
     gen = generator(seed)
     t = sum(lengths) if lengths else 37
     batch = 1 if lengths else 2
@@ -46,7 +37,7 @@ def run(layout: ProjectionLayout, dtype, lengths, seed: int, qk_head_dim: int | 
     dz = randn(batch, t, layout.groups, layout.z_width, dtype=dtype, gen=gen, device=DEVICE)
 
     pl, wl = proj.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
-    outputs = short_conv_silu(pl, wl, cu, layout, qk_head_dim)
+    outputs = short_conv_silu(pl, wl, cu, layout)
     assert len(outputs) == 3 + bool(layout.z_width)
     for out, n in zip(outputs[:3], layout.section_widths, strict=True):
         assert out.shape == (batch, t, n) and out.is_contiguous() and out.dtype == dtype
@@ -61,10 +52,6 @@ def run(layout: ProjectionLayout, dtype, lengths, seed: int, qk_head_dim: int | 
     p64, w64 = proj.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
     y64 = causal_conv1d_silu64(p64[..., conv_cols], w64, lengths or None)
     ref = torch.split(y64, layout.section_widths, dim=-1)
-    if qk_head_dim is not None:
-        heads = layout.groups * layout.q_width // qk_head_dim
-        normed = [l2norm64(r.view(batch, t, heads, qk_head_dim), EPS).view(batch, t, -1) for r in ref[:2]]
-        ref = (*normed, ref[2])
     loss64 = sum((r * g.double()).sum() for r, g in zip(ref, grads, strict=True))
     if layout.z_width:
         z64 = p64[..., z_cols].view(batch, t, layout.groups, layout.z_width)
@@ -88,44 +75,6 @@ def test_qwen3_5_flat_layout():
     """[q all | k all | v all] (Qwen3.5's in_proj_qkv), one group, no z."""
     lengths = packed_lengths(generator(3), 4, 50)
     run(ProjectionLayout(groups=1, q_width=32, v_width=64), torch.bfloat16, lengths, seed=4)
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_q_and_k_normalised_per_head_in_the_conv_tiles(dtype):
-    """qk_head_dim equal to the tile's block: each q/k tile is one head, normalised in the conv's own pass."""
-    layout = ProjectionLayout(groups=2, q_width=16, v_width=32, z_width=32)
-    assert layout.block_size(128) == 16
-    run(layout, dtype, packed_lengths(generator(6), 4, 70), seed=7, qk_head_dim=16)
-    flat = ProjectionLayout(groups=1, q_width=32, v_width=64)
-    assert flat.block_size(128) == 32
-    run(flat, dtype, packed_lengths(generator(8), 4, 50), seed=9, qk_head_dim=32)
-
-
-def test_q_and_k_normalised_after_the_conv_where_a_tile_holds_more_than_one_head():
-    """A head narrower than the block (16 of 32): the same normalisation by l2norm after the conv."""
-    layout = ProjectionLayout(groups=2, q_width=32, v_width=64, z_width=16)
-    assert layout.block_size(128) == 32
-    run(layout, torch.float32, packed_lengths(generator(10), 4, 60), seed=11, qk_head_dim=16)
-
-
-def test_the_normalised_outputs_without_grad_match_the_differentiable_ones():
-    layout = ProjectionLayout(groups=2, q_width=16, v_width=32, z_width=32)
-    gen = generator(12)
-    proj = randn(1, 40, layout.width, dtype=torch.float32, gen=gen, device=DEVICE)
-    weight = randn(layout.channels, 1, 4, dtype=torch.float32, gen=gen, device=DEVICE, scale=0.5)
-    cu = cu_seqlens_of([3, 30, 7], device=DEVICE)
-    with torch.no_grad():
-        plain = short_conv_silu(proj, weight, cu, layout, 16)
-    graded = short_conv_silu(proj.clone().requires_grad_(), weight, cu, layout, 16)
-    for a, b in zip(plain, graded, strict=True):
-        torch.testing.assert_close(a, b.detach(), rtol=0, atol=0)
-
-
-def test_a_head_dim_that_does_not_divide_q_is_refused():
-    layout = ProjectionLayout(groups=2, q_width=16, v_width=32)
-    proj = torch.ones(1, 5, layout.width, device=DEVICE)
-    with pytest.raises(ValueError, match="qk_head_dim 12 must divide"):
-        short_conv_silu(proj, torch.ones(layout.channels, 1, 4, device=DEVICE), None, layout, 12)
 
 
 def test_dense_batch_without_cu_seqlens():

