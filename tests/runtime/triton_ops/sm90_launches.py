@@ -5,8 +5,9 @@ each op's host function is called with CPU tensors at several token counts, ever
 captured instead of run, and Triton's own binder turns its arguments into the
 specialisation (signature, constants, divisibility) and compile options it would use on a
 GPU. The script prints one JSON object: per kernel, the distinct specialisations seen across
-the token counts, and for the first one the registers and local (spill) bytes of the sm_90
-cubin. Uses Triton 3.6's JIT internals; where they are missing (3.4 has no _pack_args) it exits 3.
+the token counts, and for the first one the registers, stack and local bytes of the sm_90
+cubin (ptxas puts spilled registers on the stack). Uses Triton 3.6's JIT internals; where
+they are missing (3.4 has no _pack_args) it exits 3.
 """
 
 from __future__ import annotations
@@ -104,8 +105,12 @@ def main() -> None:
             cubin.write(kernel.asm["cubin"])
             cubin.flush()
             usage = subprocess.run([str(cuobjdump), "-res-usage", cubin.name], capture_output=True, text=True).stdout
-        found = re.search(r"REG:(\d+).*?LOCAL:(\d+)", usage, re.S)
-        entry.update(registers=int(found.group(1)), local_bytes=int(found.group(2))) if found else None
+        found = re.search(r"REG:(\d+) STACK:(\d+).*?LOCAL:(\d+)", usage, re.S)
+        if found:
+            # ptxas puts spilled registers on the stack (STACK), not in LOCAL, for these kernels.
+            entry.update(
+                registers=int(found.group(1)), stack_bytes=int(found.group(2)), local_bytes=int(found.group(3))
+            )
         entry.update(num_warps=options.num_warps, maxnreg=options.maxnreg)
     print(json.dumps(report))
 

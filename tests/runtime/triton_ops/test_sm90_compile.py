@@ -48,4 +48,5 @@ def test_no_kernel_spills_registers(report):
         if "local_bytes" not in entry:
             pytest.skip("no cuobjdump in this triton wheel to read the cubin's resource usage")
         assert entry["local_bytes"] == 0, f"{name} spills: {entry}"
+        assert entry.get("stack_bytes", 0) == 0, f"{name} spills to the stack: {entry}"
         assert entry["registers"] <= (entry["maxnreg"] or 255), f"{name}: {entry}"
