@@ -85,14 +85,14 @@ def device_samples(fn: Callable[[], object], device: torch.device, iters: int, h
     if iters < 1:
         raise ValueError(f"iters must be >= 1, got {iters}")
     guess = max(host_guess_ms, 0.05)
-    cycles_per_ms = _spin_cycles_per_ms(device)  # before the gate: its calibration must not count as hold
     for _ in range(_AHEAD_ATTEMPTS):
-        hold_ms = min(2.0 * guess * iters + 1.0, _MAX_HOLD_MS)
+        # Built before the gate: the spin's first calibration must not count as hold.
+        hold = spin_kernel(device, min(2.0 * guess * iters + 1.0, _MAX_HOLD_MS))
         torch.cuda.synchronize(device)
         gate = torch.cuda.Event(enable_timing=True)
         pairs = _event_pairs(iters)  # made before the host clock starts: not part of a call's host time
         gate.record()
-        torch.cuda._sleep(int(hold_ms * cycles_per_ms))
+        hold()
         begin = time.perf_counter()
         _record_calls(fn, pairs)
         host_ms = (time.perf_counter() - begin) * 1e3
