@@ -260,8 +260,8 @@ def test_tilelang_compiles_a_program_read_back_from_json_wrongly(tmp_path):
     out = run_child(
         """
         from slime_flashqla.kernels import tilelang_specs as ts
-        from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_torch_compile
-        import_deferring_torch_compile("flash_qla")
+        from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_decorators
+        import_deferring_decorators("flash_qla")
         impl = ts.resolve_factory("flash_qla.ops.gated_delta_rule.chunk.hopper.kkt_solve:tilelang_kkt_solve")
         args = (32, 16, 128, 64)
         kwargs = dict(qkva_dtype=torch.bfloat16, b_dtype=torch.bfloat16, seqlen_dtype=torch.int32,

@@ -151,7 +151,7 @@ class FlashQLABackend(GDNBackend):
 
 @functools.cache  # called on every launch: the check, import and attribute lookup happen once
 def _flash_qla_kernel():
-    from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_torch_compile
+    from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_decorators
 
     # flash_qla picks its kernels at import from CUDA device 0 and raises ValueError there on a GPU
     # its release does not dispatch (flash-qla 0.1.3 on SM121): refuse first, in one line.
@@ -159,4 +159,4 @@ def _flash_qla_kernel():
 
     # FlashQLA's @torch.compile'd l2norm would import TorchInductor at import time; this backend
     # never calls it (prepare() normalises q/k), so its compile waits for a first call that never comes.
-    return import_deferring_torch_compile("flash_qla").chunk_gated_delta_rule
+    return import_deferring_decorators("flash_qla").chunk_gated_delta_rule

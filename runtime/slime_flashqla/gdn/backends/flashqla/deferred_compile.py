@@ -15,6 +15,9 @@ Dynamo for a function only matters while Dynamo runs, and Dynamo cannot run befo
 and through the real `torch.compiler.disable(fn)` once Dynamo is loaded, which is what keeps a
 `torch.compile`d caller out of it; Dynamo's own `_torchdynamo_disable` flag on the marker also
 spares Dynamo inlining the marker itself.
+
+TileLang's own decorators are deferred alongside (deferred_dsl.py): `import_deferring_decorators`
+imports with both.
 """
 
 from __future__ import annotations
@@ -98,11 +101,13 @@ def torch_compile_deferred():
             torch.compile, torch.compiler.disable = real_compile, real_disable
 
 
-def import_deferring_torch_compile(name: str):
-    """Import module `name` (if not imported yet) with its `@torch.compile` decorators deferred."""
+def import_deferring_decorators(name: str):
+    """Import module `name` (if not imported yet) with its `@torch.compile` and TileLang decorators' work deferred."""
+    from slime_flashqla.gdn.backends.flashqla.deferred_dsl import tilelang_rewrite_deferred
+
     if name in sys.modules:
         # Not sys.modules[name]: while another thread imports it (a kernel preload), that is a
         # half-run module; import_module waits for the import to finish, as `import` does.
         return importlib.import_module(name)
-    with torch_compile_deferred():
+    with torch_compile_deferred(), tilelang_rewrite_deferred():
         return importlib.import_module(name)

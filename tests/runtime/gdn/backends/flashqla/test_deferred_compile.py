@@ -24,8 +24,8 @@ CHILD = textwrap.dedent(
     """
     import sys, torch
     sys.path.insert(0, sys.argv[1])
-    from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_torch_compile
-    module = import_deferring_torch_compile("compiled_at_import")
+    from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_decorators
+    module = import_deferring_decorators("compiled_at_import")
     assert torch.compile.__module__.startswith("torch"), "torch.compile is restored after the import"
     assert module.plain.deferred_torch_compile and module.with_options.deferred_torch_compile
     assert module.plain.__name__ == "plain"
@@ -36,7 +36,7 @@ CHILD = textwrap.dedent(
     print("FRAMES_AFTER_FIRST_CALL", counters["frames"]["ok"])
     assert torch.equal(module.with_options(x), x.sin())
     print("FRAMES_AFTER_SECOND_CALL", counters["frames"]["ok"])
-    assert import_deferring_torch_compile("compiled_at_import") is module
+    assert import_deferring_decorators("compiled_at_import") is module
     """
 )
 
@@ -94,8 +94,8 @@ DISABLED_CHILD = textwrap.dedent(
     """
     import sys, torch
     sys.path.insert(0, sys.argv[1])
-    from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_torch_compile
-    module = import_deferring_torch_compile("disabled_at_import")
+    from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_decorators
+    module = import_deferring_decorators("disabled_at_import")
     assert torch.compiler.disable.__module__ == "torch.compiler", "torch.compiler.disable is restored"
     print("DYNAMO_AFTER_IMPORT", "torch._dynamo" in sys.modules)
     x = torch.arange(4.0)
@@ -158,11 +158,11 @@ THREADS_CHILD = textwrap.dedent(
     gate = types.ModuleType("gate")
     gate.entered, gate.release = threading.Event(), threading.Event()
     sys.modules["gate"] = gate
-    from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_torch_compile
+    from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_decorators
     got = {}
 
     def importer(name):
-        return lambda: got.setdefault(name, import_deferring_torch_compile("slow_at_import"))
+        return lambda: got.setdefault(name, import_deferring_decorators("slow_at_import"))
 
     preload = threading.Thread(target=importer("preload"))
     preload.start()
