@@ -118,7 +118,8 @@ GPU_STAND_INS = textwrap.dedent(
     """
     import os, sys, types
     import torch
-    torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(multi_processor_count=132)
+    if not torch.cuda.is_available():  # on a GPU node the real properties (the stack fingerprint reads them)
+        torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(multi_processor_count=132)
     import tilelang.contrib.nvcc as nvcc
     nvcc.get_target_compute_version = lambda *a, **k: "9.0"
     # The flashqla backend refuses a machine without an SM90 GPU, and a preload starts only beside a GPU.

@@ -172,7 +172,8 @@ FLASHQLA_CHILD = textwrap.dedent(
     """
     import hashlib, sys, time, types
     import torch
-    torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(multi_processor_count=132)
+    if not torch.cuda.is_available():
+        torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(multi_processor_count=132)
     import tilelang.contrib.nvcc as nvcc
     nvcc.get_target_compute_version = lambda *a, **k: "9.0"
     from slime_flashqla.gdn.backends.flashqla.deferred_dsl import DeferredRewrite
