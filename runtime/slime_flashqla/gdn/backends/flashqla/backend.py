@@ -117,9 +117,10 @@ class FlashQLABackend(GDNBackend):
 
     def library_fn(self):
         """flash_qla's own function, as FLA >= 0.6 forwards slime's call: it normalises q/k itself."""
-        import flash_qla
+        from slime_flashqla.gdn.backends.flashqla.deferred_compile import import_deferring_decorators
 
-        return flash_qla.chunk_gated_delta_rule
+        # Its l2norm is torch.compile'd: deferred, it still compiles on the first call, as imported plainly.
+        return import_deferring_decorators("flash_qla").chunk_gated_delta_rule
 
     def report(self) -> dict:
         from slime_flashqla.gdn.backends.flashqla.releases import support_line
