@@ -7,23 +7,24 @@ runs along whole sequences, so the layer moves the short conv's and the gates' i
 heads from "my tokens, all heads" to "all tokens, my head group" with one all-to-all, runs the
 conv, the gates and the kernel on whole sequences for Hk/CP key heads, and moves the kernel's
 output back with a second all-to-all. Projections, the gated norm and the output projection run
-on the rank's own tokens. Every kernel backend works unchanged (it sees ordinary packed
-sequences), and the backward of each all-to-all is the other one, so gradients are exact.
+on the rank's own tokens; the input projections write each head group's columns straight into
+the first all-to-all's send buffer (one batched GEMM over the groups). Every kernel backend
+works unchanged (it sees ordinary packed sequences), and the backward of each all-to-all is the
+other one, so gradients are exact.
 """
 
 from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
 
 from slime_flashqla.layers.tensor_parallel import ShardRule
-from slime_flashqla.triton_ops.word_copy import contiguous_words, copy_words
+from slime_flashqla.triton_ops.word_copy import contiguous_words
 
-# Columns per head group that the gathered rows are padded to a multiple of: the short conv reads
+# Columns per layout group that the gathered rows are padded to a multiple of: the short conv reads
 # a group's columns at a runtime stride, and Triton keeps 16-byte vector loads only for an
 # integer argument it has specialised as divisible by 16.
 GROUP_ALIGN = 16
@@ -105,61 +106,105 @@ def _to_tokens(whole: torch.Tensor, layout: ZigzagLayout, group, size: int) -> t
 
 
 @dataclass(frozen=True)
-class Piece:
-    """Columns of a projection output taken by the exchange: `view(base)` is [T_local, CP, G, f] to send, or,
-    with `kept`, a tensor this rank keeps for itself (z), copied out so the projection's buffer can go."""
+class ExchangeRows:
+    """Rows of a layer's projection weights stacked as [*weights, one zero row], in the order the exchange uses them.
 
-    base: int  # index of the projection output among the exchange's inputs
-    view: Callable[[torch.Tensor], torch.Tensor]
-    kept: bool = False
+    `sent`: the rows whose outputs travel, CP head groups of layout groups, each layout group's
+    columns padded with the zero row to `padded`; `kept`: the rows whose outputs stay on this rank
+    (z); `back[r]`: where stacked row r is among sent then kept (0 for the `unused` rows, whose
+    gradient is zero); `sizes`: each weight's rows.
+    """
+
+    sent: torch.Tensor
+    kept: torch.Tensor
+    back: torch.Tensor
+    unused: torch.Tensor
+    padded: int
+    sizes: tuple[int, ...]
+
+    def weights(self, weights) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the sent rows of `weights` stacked, the kept rows), gathered: copies made per pass, never saved."""
+        stacked = torch.cat([*weights, weights[0].new_zeros(1, weights[0].shape[1])])
+        return stacked.index_select(0, self.sent), stacked.index_select(0, self.kept)
+
+    def weight_grads(self, grads: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each weight's gradient from `grads` [len(sent) + len(kept), H] (the sent rows' then the kept rows')."""
+        stacked = grads.index_select(0, self.back)
+        if self.unused.numel():
+            stacked.index_fill_(0, self.unused, 0)
+        return stacked[:-1].split(self.sizes)
 
 
-class _GatherHeads(torch.autograd.Function):
-    """Projection outputs -> ([1, T, G, sum f + pad] for this rank's head group, the kept pieces' copies).
+def exchange_rows(size: int, groups: int, columns, kept: list[int], sizes: tuple[int, ...], device) -> ExchangeRows:
+    """The exchange's rows of projection weights of `sizes` rows each, stacked with a zero row after them.
 
-    Each group's row is padded to a multiple of GROUP_ALIGN columns; the padding is never written.
+    `columns(j, g)` lists the stacked rows whose outputs head group j's layout group g needs; each
+    such row of columns is padded to a multiple of GROUP_ALIGN with the zero row, so the sent
+    buffer is [CP, T_local, groups * padded]. `kept` lists the rows whose outputs stay here.
+    """
+    zero_row = sum(sizes)
+    rows = [list(columns(j, g)) for j in range(size) for g in range(groups)]
+    width = len(rows[0])
+    if any(len(row) != width for row in rows):  # pragma: no cover - every layout group has the same columns
+        raise AssertionError("every layout group of the exchange must send the same number of columns")
+    padded = width + (-width) % GROUP_ALIGN
+    sent = [index for row in rows for index in (*row, *[zero_row] * (padded - width))]
+    back = [0] * (zero_row + 1)
+    for position, index in enumerate([*sent, *kept]):
+        if index != zero_row:
+            back[index] = position
+    unused = sorted(set(range(zero_row + 1)) - set(sent) - set(kept) | {zero_row})
 
-    The backward writes each projection output's gradient into one buffer through the same views,
-    instead of autograd's zero-filled buffer per view and their sum.
+    def tensor(values):
+        return torch.tensor(values, dtype=torch.int64, device=device)
+
+    return ExchangeRows(tensor(sent), tensor(kept), tensor(back), tensor(unused), padded, tuple(sizes))
+
+
+class _ProjectToHeads(torch.autograd.Function):
+    """x [T_local, H] -> ([T, C]: the sent projection columns of this rank's head group over the whole pack,
+    [T_local, K]: the kept projection (z) of this rank's tokens).
+
+    Head group j's columns are written by a batched GEMM straight into block j of the all-to-all's
+    send buffer, so no projection output is copied before it is sent (nor z out of a wider one); the
+    backward multiplies the gradient the reverse all-to-all brings back by the same weights,
+    summing the input gradient in the GEMMs' epilogues. The gathered weights are made again in the
+    backward rather than held from the forward (every layer's would stay allocated until then).
     """
 
     @staticmethod
-    def forward(ctx, layout, group, size, pieces, *bases):
-        sent = [piece.view(bases[piece.base]) for piece in pieces if not piece.kept]
-        widths = [part.shape[-1] for part in sent]
-        tokens, _, groups, _ = sent[0].shape
-        padded = sum(widths) + (-sum(widths)) % GROUP_ALIGN
-        send = sent[0].new_empty((size, tokens, groups, padded))
-        for start, part in zip(itertools.accumulate([0, *widths]), sent, strict=False):
-            copy_words(send[..., start : start + part.shape[-1]], part.transpose(0, 1))
-        ctx.layout, ctx.group, ctx.size, ctx.widths, ctx.pieces = layout, group, size, widths, pieces
-        ctx.bases = [(b.shape, b.dtype, b.device) for b in bases]
-        whole = _to_heads(send.view(size, tokens, -1), layout, group).view(1, -1, groups, padded)
-        kept = [contiguous_words(piece.view(bases[piece.base])) for piece in pieces if piece.kept]
-        return (whole, *kept)
+    def forward(ctx, x, layout, group, size, rows, *weights):
+        sent_weight, kept_weight = rows.weights(weights)
+        sent_weight = sent_weight.view(size, -1, x.shape[1])
+        send = x.new_empty((size, x.shape[0], sent_weight.shape[1]))
+        # One batched GEMM over the groups (x broadcast, not copied): as many tiles as one wide GEMM.
+        torch.bmm(x.expand(size, *x.shape), sent_weight.transpose(1, 2), out=send)
+        whole = _to_heads(send, layout, group)
+        kept = x @ kept_weight.t()
+        ctx.save_for_backward(x, *weights)
+        ctx.layout, ctx.group, ctx.size, ctx.rows = layout, group, size, rows
+        return whole, kept
 
     @staticmethod
-    def backward(ctx, grad, *kept_grads):
-        _, _, groups, width = grad.shape
-        back = _to_tokens(grad.reshape(-1, groups * width), ctx.layout, ctx.group, ctx.size)
-        back = back.view(ctx.size, -1, groups, width)
-        sent = iter(zip(itertools.accumulate([0, *ctx.widths]), ctx.widths, strict=False))
-        kept = iter(kept_grads)
-        buffers = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.bases]
-        covered = [0] * len(buffers)
-        for piece in ctx.pieces:
-            target = piece.view(buffers[piece.base])
-            covered[piece.base] += target.numel()
-            if piece.kept:
-                source = next(kept)
-                copy_words(target, source) if source is not None else target.zero_()
-            else:
-                start, size = next(sent)
-                copy_words(target, back[..., start : start + size].transpose(0, 1))
-        for buffer, count in zip(buffers, covered, strict=True):
-            if count != buffer.numel():  # pragma: no cover - every caller's pieces cover their projection
-                raise AssertionError("the exchange's pieces must cover each projection output exactly")
-        return (None, None, None, None, *buffers)
+    def backward(ctx, grad_whole, grad_kept):
+        x, *weights = ctx.saved_tensors
+        size, rows = ctx.size, ctx.rows
+        sent_weight, kept_weight = rows.weights(weights)
+        sent_weight = sent_weight.view(size, -1, x.shape[1])
+        back = _to_tokens(grad_whole.reshape(-1, sent_weight.shape[1]), ctx.layout, ctx.group, size)
+        dx, dweights = None, [None] * len(weights)
+        if ctx.needs_input_grad[0]:
+            # Group by group into one buffer: the groups' columns are not one GEMM's K in `back`'s layout.
+            dx = grad_kept @ kept_weight
+            for j in range(size):
+                dx.addmm_(back[j], sent_weight[j])
+        if any(ctx.needs_input_grad[5:]):
+            sent_rows = rows.sent.numel()
+            grads = x.new_empty((sent_rows + kept_weight.shape[0], x.shape[1]))
+            torch.bmm(back.transpose(1, 2), x.expand(size, *x.shape), out=grads[:sent_rows].view(sent_weight.shape))
+            torch.mm(grad_kept.t(), x, out=grads[sent_rows:])
+            dweights = rows.weight_grads(grads)
+        return dx, None, None, None, None, *dweights
 
 
 class _ScatterHeads(torch.autograd.Function):
@@ -224,9 +269,17 @@ class ContextParallel:
         """The zigzag layout of a checked pack: built once per pack (every GDN layer of a step reuses it)."""
         return _layouts.get(checked_cu_seqlens, offsets, self.size, local_tokens)
 
-    def to_heads(self, layout: ZigzagLayout, pieces: list[Piece], *bases: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """([1, T, G, sum f] of the sent pieces for this rank's head group, then each kept piece's copy)."""
-        return _GatherHeads.apply(layout, self.group, self.size, tuple(pieces), *bases)
+    def project_to_heads(
+        self, layout: ZigzagLayout, x: torch.Tensor, rows: ExchangeRows, *weights: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """([T, C]: x's projection onto `rows.sent` for this rank's head group, [T_local, K]: onto `rows.kept`)."""
+        if torch.is_autocast_enabled(x.device.type):
+            # Casts as autocast's linears would make them, outside the function, so its backward needs none.
+            dtype = torch.get_autocast_dtype(x.device.type)
+            x, weights = x.to(dtype), [w.to(dtype) for w in weights]
+            with torch.autocast(x.device.type, enabled=False):
+                return _ProjectToHeads.apply(x, layout, self.group, self.size, rows, *weights)
+        return _ProjectToHeads.apply(x, layout, self.group, self.size, rows, *weights)
 
     def to_tokens(self, layout: ZigzagLayout, whole: torch.Tensor) -> torch.Tensor:
         """[1, T, G, f] of this rank's head group -> [1, T_local, CP * G, f]: its tokens, the TP share's heads."""

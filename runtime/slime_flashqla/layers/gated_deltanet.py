@@ -18,7 +18,11 @@ from slime_flashqla.gdn import get_chunk_gated_delta_rule
 from slime_flashqla.gdn.names import BACKENDS, DEFAULT_BACKEND
 from slime_flashqla.kernels.preload import start_kernel_preload
 from slime_flashqla.layers.config import GDNConfig
-from slime_flashqla.layers.context_parallel import ContextParallel, ContextParallelError, Piece
+from slime_flashqla.layers.context_parallel import (
+    ContextParallel,
+    ContextParallelError,
+    exchange_rows,
+)
 from slime_flashqla.layers.ops import gdn_gates, rms_norm_gated, shared_input_linears, short_conv_silu
 from slime_flashqla.layers.tensor_parallel import ShardRule, TensorParallel, check_same_layer
 from slime_flashqla.triton_ops.causal_conv1d import ProjectionLayout
@@ -199,15 +203,24 @@ class _GatedDeltaNetBase(nn.Module):
         """(q, k, v, z, b, a): q/k/v after the short conv, z, and the gates' inputs b and a."""
         raise NotImplementedError
 
-    def _gathered(self, layout, pieces, *bases: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """(this rank's head group of the sent pieces over the whole pack [1, T_pack, Hk/CP, f], kept pieces)."""
-        whole, *kept = self.cp.to_heads(layout, pieces, *bases)
-        return whole.view(1, whole.shape[1], -1), *kept
+    def _exchange_columns(self, j: int, g: int) -> list[int]:  # pragma: no cover - per subclass
+        """Rows of the stacked projection weights whose outputs head group j's layout group g sends."""
+        raise NotImplementedError
 
-    def _by_group(self, columns: slice, width: int):
-        """A view function: [B, T, heads * width] -> [T, CP, heads/CP, the columns] (per-head layouts)."""
-        size = self.cp.size
-        return lambda t: t.view(t.shape[1], size, -1, width)[..., columns]
+    def _kept_rows(self) -> list[int]:  # pragma: no cover - per subclass
+        """Rows of the stacked projection weights whose outputs (z) stay on this rank."""
+        raise NotImplementedError
+
+    def _projected_to_heads(self, layout, hidden_states, weights, groups: int):
+        """([1, T_pack, groups * padded]: the sent columns over the whole pack for this rank's head group, z [T, K])."""
+        x = hidden_states.reshape(-1, hidden_states.shape[-1])
+        sizes = tuple(w.shape[0] for w in weights)
+        key = (self.tp.size, self.cp.size, groups, sizes, x.device)
+        plans = self.__dict__.setdefault("_exchange_rows", {})
+        if key not in plans:
+            plans[key] = exchange_rows(self.cp.size, groups, self._exchange_columns, self._kept_rows(), sizes, x.device)
+        whole, kept = self.cp.project_to_heads(layout, x, plans[key], *weights)
+        return whole.view(1, whole.shape[0], -1), kept
 
     def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
         """[B, T, hidden] -> [B, T, hidden]; with cu_seqlens (B == 1) no token sees another sequence.
@@ -305,33 +318,41 @@ class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
         batch, tokens, _ = hidden_states.shape
         heads, group = self.num_k_heads, self.num_v_heads // self.num_k_heads
         k_dim, v_dim = self.head_k_dim, group * self.head_v_dim
-        qkvz, ba = shared_input_linears(
-            hidden_states, self._share(self.in_proj_qkvz.weight, "in_proj_qkvz.weight"),
-            self._share(self.in_proj_ba.weight, "in_proj_ba.weight"),
-        )  # fmt: skip
+        qkvz_weight = self._share(self.in_proj_qkvz.weight, "in_proj_qkvz.weight")
+        ba_weight = self._share(self.in_proj_ba.weight, "in_proj_ba.weight")
         conv_weight = self._kernel_share(self.conv1d.weight, self.shard_rules()["conv1d.weight"])
-        ba = ba.view(batch, tokens, heads, 2 * group)
         if self.cp.size == 1:
             # The checkpoint lays q, k, v, z out per key head: [Hk, (K, K, group*V, group*V)], and
             # b, a as [Hk, (group, group)]; the conv and the gates read them there.
+            qkvz, ba = shared_input_linears(hidden_states, qkvz_weight, ba_weight)
+            ba = ba.view(batch, tokens, heads, 2 * group)
             query, key, value, z = short_conv_silu(
                 qkvz, conv_weight, cu_seqlens, ProjectionLayout(heads, k_dim, v_dim, v_dim)
             )
             return query, key, value, z, ba[..., :group], ba[..., group:]
-        # q, k, v and b, a of this rank's head group travel together; z stays here for the norm,
-        # copied out so that the projection's buffer is not held until the backward.
-        width = 2 * k_dim + 2 * v_dim
-        pieces = [
-            Piece(0, self._by_group(slice(0, 2 * k_dim + v_dim), width)),
-            Piece(1, self._by_group(slice(None), 2 * group)),
-            Piece(0, lambda t: t.view(batch, tokens, heads, width)[..., 2 * k_dim + v_dim :], kept=True),
-        ]
-        mixed, z = self._gathered(layout, pieces, qkvz, ba)
+        # q, k, v and b, a of this rank's head group travel together, each head's row of them padded
+        # (context_parallel.GROUP_ALIGN); z is its own GEMM and stays here for the norm.
         own_heads = self.kernel_config.num_key_heads
-        # b, a and the exchange's padding (context_parallel.GROUP_ALIGN) follow v in each group.
+        mixed, z = self._projected_to_heads(layout, hidden_states, (qkvz_weight, ba_weight), own_heads)
         conv_layout = ProjectionLayout(own_heads, k_dim, v_dim, mixed.shape[-1] // own_heads - 2 * k_dim - v_dim)
         query, key, value, gates = short_conv_silu(mixed, conv_weight, cu_seqlens, conv_layout)
-        return query, key, value, z, gates[..., :group], gates[..., group : 2 * group]
+        return query, key, value, z.view(batch, tokens, heads, v_dim), gates[..., :group], gates[..., group : 2 * group]
+
+    def _exchange_columns(self, j: int, g: int) -> list[int]:
+        # Stacked: in_proj_qkvz's rows [Hk, (K, K, group*V, group*V)], then in_proj_ba's [Hk, (group, group)].
+        heads, group = self.num_k_heads, self.num_v_heads // self.num_k_heads
+        k_dim, v_dim = self.head_k_dim, group * self.head_v_dim
+        width = 2 * k_dim + 2 * v_dim
+        head = j * self.kernel_config.num_key_heads + g
+        qkv = range(head * width, head * width + 2 * k_dim + v_dim)
+        ba = range(heads * width + head * 2 * group, heads * width + (head + 1) * 2 * group)
+        return [*qkv, *ba]
+
+    def _kept_rows(self) -> list[int]:
+        group = self.num_v_heads // self.num_k_heads
+        k_dim, v_dim = self.head_k_dim, group * self.head_v_dim
+        width = 2 * k_dim + 2 * v_dim
+        return [head * width + 2 * k_dim + v_dim + c for head in range(self.num_k_heads) for c in range(v_dim)]
 
 
 class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
@@ -355,43 +376,42 @@ class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
         }
 
     def _mix(self, hidden_states, cu_seqlens, layout):
-        tokens = hidden_states.shape[1]
-        # b and a (num_v_heads columns each) as one GEMM: two GEMMs that narrow are launch-bound.
-        ba_weight = torch.cat(
-            [
-                self._share(self.in_proj_b.weight, "in_proj_b.weight"),
-                self._share(self.in_proj_a.weight, "in_proj_a.weight"),
-            ]
-        )
-        qkv, z, ba = shared_input_linears(
-            hidden_states, self._share(self.in_proj_qkv.weight, "in_proj_qkv.weight"),
-            self._share(self.in_proj_z.weight, "in_proj_z.weight"), ba_weight,
-        )  # fmt: skip
+        batch, tokens, _ = hidden_states.shape
+        qkv_weight = self._share(self.in_proj_qkv.weight, "in_proj_qkv.weight")
+        z_weight = self._share(self.in_proj_z.weight, "in_proj_z.weight")
+        b_weight = self._share(self.in_proj_b.weight, "in_proj_b.weight")
+        a_weight = self._share(self.in_proj_a.weight, "in_proj_a.weight")
         conv_weight = self._kernel_share(self.conv1d.weight, self.shard_rules()["conv1d.weight"])
-        heads = self.num_v_heads
         if self.cp.size == 1:
+            # b and a (num_v_heads columns each) as one GEMM: two GEMMs that narrow are launch-bound.
+            qkv, z, ba = shared_input_linears(hidden_states, qkv_weight, z_weight, torch.cat([b_weight, a_weight]))
             query, key, value = short_conv_silu(
                 qkv, conv_weight, cu_seqlens, ProjectionLayout(1, self.key_dim, self.value_dim)
             )
+            heads = self.num_v_heads
             return query, key, value, z, ba[..., :heads], ba[..., heads:]
-        # The flat checkpoint layout [q_all, k_all, v_all], [b_all, a_all]: each section's head
-        # groups are contiguous, so every section travels as [T, CP, 1, its group's columns].
-        size = self.cp.size
-
-        def section(start: int, length: int):
-            return lambda t: t[..., start : start + length].view(tokens, size, 1, length // size)
-
-        k_dim, v_dim = self.key_dim, self.value_dim
-        pieces = [
-            Piece(0, section(0, k_dim)), Piece(0, section(k_dim, k_dim)), Piece(0, section(2 * k_dim, v_dim)),
-            Piece(1, section(0, heads)), Piece(1, section(heads, heads)),
-        ]  # fmt: skip
-        (mixed,) = self._gathered(layout, pieces, qkv, ba)
+        mixed, z = self._projected_to_heads(layout, hidden_states, (qkv_weight, z_weight, b_weight, a_weight), 1)
         own = self.kernel_config
         conv_layout = ProjectionLayout(1, own.key_dim, own.value_dim, mixed.shape[-1] - 2 * own.key_dim - own.value_dim)
         query, key, value, gates = short_conv_silu(mixed, conv_weight, cu_seqlens, conv_layout)
         heads = own.num_value_heads
-        return query, key, value, z, gates[..., :heads], gates[..., heads : 2 * heads]
+        return query, key, value, z.view(batch, tokens, -1), gates[..., :heads], gates[..., heads : 2 * heads]
+
+    def _exchange_columns(self, j: int, g: int) -> list[int]:
+        # Stacked: in_proj_qkv's flat [q_all, k_all, v_all], in_proj_z's, in_proj_b's and in_proj_a's
+        # rows; each section's head groups are contiguous, so group j takes the j-th CP-th of each.
+        size, k_dim, v_dim, heads = self.cp.size, self.key_dim, self.value_dim, self.num_v_heads
+        ba = 2 * k_dim + 2 * v_dim
+        starts_lengths = ((0, k_dim), (k_dim, k_dim), (2 * k_dim, v_dim), (ba, heads), (ba + heads, heads))
+        return [
+            row
+            for start, length in starts_lengths
+            for row in range(start + j * length // size, start + (j + 1) * length // size)
+        ]
+
+    def _kept_rows(self) -> list[int]:
+        start = 2 * self.key_dim + self.value_dim
+        return list(range(start, start + self.value_dim))
 
 
 def init_like_checkpoint(layer: _GatedDeltaNetBase, std: float = 0.02) -> None:

@@ -18,8 +18,10 @@ import torch
 from runtime.comm_guard.comm_guard_harness import run_world
 from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
 from slime_flashqla.layers.context_parallel import (
+    GROUP_ALIGN,
     ContextParallelError,
     check_zigzag_offsets,
+    exchange_rows,
     zigzag_layout,
 )
 from slime_flashqla.workload.models import gdn_layer_config
@@ -53,6 +55,25 @@ def test_zigzag_layout_agrees_with_a_plain_loop(size):
     # natural[p]: where the pack's row p sits among the ranks' stacked slices
     assert [stacked[i] for i in layout.natural.tolist()] == list(range(offsets[-1]))
     assert layout.zigzag[layout.natural].tolist() == list(range(offsets[-1]))
+
+
+def test_exchange_rows_pad_each_group_and_gather_each_weight_s_gradient_back():
+    # Two weights of 12 rows each (stacked with a zero row: 25). 2 head groups x 2 layout groups
+    # send 5 rows each, rows 22-23 are kept (as z), rows 10-11 are used by nothing.
+    def columns(j, g):
+        return [r if r < 10 else r + 2 for r in (10 * j + 5 * g + c for c in range(5))]
+
+    rows = exchange_rows(2, 2, columns, [22, 23], (12, 12), "cpu")
+    assert rows.padded == GROUP_ALIGN
+    assert rows.sent.view(4, GROUP_ALIGN)[:, 5:].eq(24).all()
+    weights = [torch.randn(12, 3, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    sent, kept = rows.weights(weights)
+    grad_sent, grad_kept = torch.randn_like(sent), torch.randn_like(kept)
+    plain = torch.autograd.grad((sent * grad_sent).sum() + (kept * grad_kept).sum(), weights)
+    ours = rows.weight_grads(torch.cat([grad_sent, grad_kept]))
+    for a, b in zip(ours, plain, strict=True):
+        assert torch.equal(a, b)
+    assert ours[0][10:12].eq(0).all()
 
 
 def test_packs_slime_could_not_have_cut_are_one_line_errors():
