@@ -173,3 +173,36 @@ def test_argument():
     assert parser.parse_args(["--qwen-gdn-backend", "auto"]).qwen_gdn_backend == "auto"
     with pytest.raises(SystemExit):
         parser.parse_args(["--qwen-gdn-backend", "cuda"])
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+def test_the_layer_on_this_package_s_triton_kernels_equals_it_on_their_references(cls, monkeypatch):
+    """The conv, gates and gated norm as the layer wires them on CUDA (q, k, v and z read in place in the projection).
+
+    In Triton's interpreter off the GPU: output and every gradient against the same layer on the
+    ops' PyTorch references, float32, a ragged pack with a sequence shorter than the conv.
+    """
+    from helpers.triton_interpreter import KERNELS_UNAVAILABLE
+    from slime_flashqla.layers import ops
+
+    if KERNELS_UNAVAILABLE:
+        pytest.skip(KERNELS_UNAVAILABLE)
+    layer = build(cls)
+    lengths = [2, 21, 9]
+    x = torch.randn(1, sum(lengths), 64)
+    cu_seqlens = torch.tensor([0, 2, 23, 32], dtype=torch.int32)
+    dy = torch.randn_like(x)
+
+    def run():
+        layer.zero_grad(set_to_none=True)
+        xi = x.clone().requires_grad_()
+        y = layer(xi, cu_seqlens=cu_seqlens)
+        y.backward(dy)
+        return [y, xi.grad, *(p.grad for p in layer.parameters())]
+
+    reference = run()
+    monkeypatch.setattr(ops, "use_triton_ops", lambda t: True)
+    kernels = run()
+    names = ["output", "input grad", *(name for name, _ in layer.named_parameters())]
+    for name, ours, ref in zip(names, kernels, reference, strict=True):
+        torch.testing.assert_close(ours, ref, rtol=2e-4, atol=2e-5, msg=lambda m, name=name: f"{name}: {m}")
