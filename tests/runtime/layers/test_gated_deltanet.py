@@ -10,7 +10,7 @@ import torch
 from slime_flashqla.args import add_gdn_backend_argument
 from slime_flashqla.gdn import get_chunk_gated_delta_rule
 from slime_flashqla.host.packages import is_installed
-from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint
+from slime_flashqla.layers import Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet, init_like_checkpoint, packed_batch
 from slime_flashqla.workload.models import gdn_layer_config
 
 CONFIG = {**gdn_layer_config(2, 4, head_dim=16, hidden_size=64), "linear_value_head_dim": 8}
@@ -188,14 +188,12 @@ def test_the_layer_on_this_package_s_triton_kernels_equals_it_on_their_reference
     if KERNELS_UNAVAILABLE:
         pytest.skip(KERNELS_UNAVAILABLE)
     layer = build(cls)
-    lengths = [2, 21, 9]
-    x = torch.randn(1, sum(lengths), 64)
-    cu_seqlens = torch.tensor([0, 2, 23, 32], dtype=torch.int32)
+    x, cu_seqlens = packed_batch([2, 21, 9], 64, device="cpu", dtype=torch.float32)
     dy = torch.randn_like(x)
 
     def run():
         layer.zero_grad(set_to_none=True)
-        xi = x.clone().requires_grad_()
+        xi = x.detach().clone().requires_grad_()
         y = layer(xi, cu_seqlens=cu_seqlens)
         y.backward(dy)
         return [y, xi.grad, *(p.grad for p in layer.parameters())]
