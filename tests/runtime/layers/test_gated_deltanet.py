@@ -179,16 +179,20 @@ def test_argument():
 def test_the_layer_on_this_package_s_triton_kernels_equals_it_on_their_references(cls, monkeypatch):
     """The conv, gates and gated norm as the layer wires them on CUDA (q, k, v and z read in place in the projection).
 
-    In Triton's interpreter off the GPU: output and every gradient against the same layer on the
-    ops' PyTorch references, float32, a ragged pack with a sequence shorter than the conv.
+    Compiled on a GPU, in Triton's interpreter off it: output and every gradient against the same
+    layer on the ops' PyTorch references, float32, a ragged pack with a sequence shorter than the
+    conv.
     """
-    from helpers.triton_interpreter import KERNELS_UNAVAILABLE
+    from helpers.triton_interpreter import KERNELS_UNAVAILABLE, ON_GPU
     from slime_flashqla.layers import ops
 
     if KERNELS_UNAVAILABLE:
         pytest.skip(KERNELS_UNAVAILABLE)
-    layer = build(cls)
-    x, cu_seqlens = packed_batch([2, 21, 9], 64, device="cpu", dtype=torch.float32)
+    device = "cuda" if ON_GPU else "cpu"
+    # The float32 reference conv must not run in cuDNN's TF32 (10-bit mantissa) on a GPU.
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    layer = build(cls).to(device)
+    x, cu_seqlens = packed_batch([2, 21, 9], 64, device=device, dtype=torch.float32)
     dy = torch.randn_like(x)
 
     def run():
@@ -198,6 +202,7 @@ def test_the_layer_on_this_package_s_triton_kernels_equals_it_on_their_reference
         y.backward(dy)
         return [y, xi.grad, *(p.grad for p in layer.parameters())]
 
+    monkeypatch.setattr(ops, "use_triton_ops", lambda t: False)
     reference = run()
     monkeypatch.setattr(ops, "use_triton_ops", lambda t: True)
     kernels = run()
