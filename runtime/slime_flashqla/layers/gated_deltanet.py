@@ -324,11 +324,13 @@ class Qwen3NextGatedDeltaNet(_GatedDeltaNetBase):
         if self.cp.size == 1:
             # The checkpoint lays q, k, v, z out per key head: [Hk, (K, K, group*V, group*V)], and
             # b, a as [Hk, (group, group)]; the conv and the gates read them there.
-            qkvz, ba = shared_input_linears(hidden_states, qkvz_weight, ba_weight)
-            ba = ba.view(batch, tokens, heads, 2 * group)
+            # b/a's gradient rides in spare columns of the conv's gradient: one backward GEMM for both.
+            qkvz, ba = shared_input_linears(hidden_states, qkvz_weight, ba_weight, folded=1)
+            conv_layout = ProjectionLayout(heads, k_dim, v_dim, v_dim)
             query, key, value, z = short_conv_silu(
-                qkvz, conv_weight, cu_seqlens, ProjectionLayout(heads, k_dim, v_dim, v_dim)
+                qkvz, conv_weight, cu_seqlens, conv_layout, grad_spare_columns=ba.shape[-1]
             )
+            ba = ba.view(batch, tokens, heads, 2 * group)
             return query, key, value, z, ba[..., :group], ba[..., group:]
         # q, k, v and b, a of this rank's head group travel together, each head's row of them padded
         # (context_parallel.GROUP_ALIGN); z is its own GEMM and stays here for the norm.
@@ -383,10 +385,13 @@ class Qwen3_5GatedDeltaNet(_GatedDeltaNetBase):
         a_weight = self._share(self.in_proj_a.weight, "in_proj_a.weight")
         conv_weight = self._kernel_share(self.conv1d.weight, self.shard_rules()["conv1d.weight"])
         if self.cp.size == 1:
-            # b and a (num_v_heads columns each) as one GEMM: two GEMMs that narrow are launch-bound.
-            qkv, z, ba = shared_input_linears(hidden_states, qkv_weight, z_weight, torch.cat([b_weight, a_weight]))
+            # b and a (num_v_heads columns each) as one GEMM: two GEMMs that narrow are launch-bound;
+            # in the backward their gradient rides in spare columns of the conv's, one GEMM for both.
+            ba_weight = torch.cat([b_weight, a_weight])
+            qkv, z, ba = shared_input_linears(hidden_states, qkv_weight, z_weight, ba_weight, folded=1)
+            conv_layout = ProjectionLayout(1, self.key_dim, self.value_dim)
             query, key, value = short_conv_silu(
-                qkv, conv_weight, cu_seqlens, ProjectionLayout(1, self.key_dim, self.value_dim)
+                qkv, conv_weight, cu_seqlens, conv_layout, grad_spare_columns=ba.shape[-1]
             )
             heads = self.num_v_heads
             return query, key, value, z, ba[..., :heads], ba[..., heads:]

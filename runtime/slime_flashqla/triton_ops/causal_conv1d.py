@@ -221,11 +221,21 @@ def _forward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int):
     return outputs
 
 
-def _backward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, grads):
-    """(dx shaped like x, dense; dweight in weight's dtype and shape) from the sections' gradients."""
+def _grad_buffer(x, layout: ProjectionLayout, spare: int) -> torch.Tensor:
+    """dx [B, T, layout.width]: dense, or the first columns of rows with at least `spare` more (16-byte rows)."""
+    b, t, _ = x.shape
+    row = layout.width
+    if spare:
+        row += spare
+        row += -row % max(1, 16 // x.element_size())
+    return torch.empty((b, t, row), dtype=x.dtype, device=x.device)[..., : layout.width]
+
+
+def _backward(x, weight, cu_seqlens, layout: ProjectionLayout, width: int, grads, spare: int = 0):
+    """(dx shaped like x, its rows `spare` columns wider in memory; dweight in weight's dtype and shape)."""
     b, t, _ = x.shape
     d = layout.channels
-    dx = torch.empty((b, t, layout.width), dtype=x.dtype, device=x.device)
+    dx = _grad_buffer(x, layout, spare)
     p1, p2 = BACKWARD_DPRE, BACKWARD_DX
     token_blocks = cdiv(t, p1.bt * p1.tiles)
     dw_partial = torch.empty((b * token_blocks, d, width), dtype=torch.float32, device=x.device)
@@ -271,9 +281,9 @@ class ShortConvSilu(torch.autograd.Function):
     """silu(causal depthwise conv1d) of the q/k/v columns of a projection, with z passed through as a view."""
 
     @staticmethod
-    def forward(ctx, proj, weight, cu_seqlens, layout, width):
+    def forward(ctx, proj, weight, cu_seqlens, layout, width, spare):
         ctx.save_for_backward(proj, weight, cu_seqlens)
-        ctx.layout, ctx.width = layout, width
+        ctx.layout, ctx.width, ctx.spare = layout, width, spare
         outputs = _forward(proj, weight, cu_seqlens, layout, width)
         if layout.z_width:
             outputs = (*outputs, _z_view(proj, layout))
@@ -288,7 +298,7 @@ class ShortConvSilu(torch.autograd.Function):
             g if g is not None else torch.zeros((*proj.shape[:2], n), dtype=proj.dtype, device=proj.device)
             for g, n in zip(grads[:sections], layout.section_widths, strict=True)
         )
-        dproj, dweight = _backward(proj, weight, cu_seqlens, layout, ctx.width, conv_grads)
+        dproj, dweight = _backward(proj, weight, cu_seqlens, layout, ctx.width, conv_grads, ctx.spare)
         if layout.z_width:
             dz = grads[sections]
             target = _z_view(dproj, layout)
@@ -296,15 +306,17 @@ class ShortConvSilu(torch.autograd.Function):
                 target.zero_()
             else:
                 copy_words(target, dz)
-        return dproj, dweight, None, None, None
+        return dproj, dweight, None, None, None, None
 
 
-def _apply(x, weight, cu_seqlens, layout, op):
+def _apply(x, weight, cu_seqlens, layout, op, spare: int = 0):
     width = _check(x, weight, cu_seqlens, layout, op)
+    if spare < 0:
+        raise ValueError(f"{op}: grad_spare_columns must be >= 0, got {spare}")
     if x.stride(-1) != 1:
         x = x.contiguous()
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return ShortConvSilu.apply(x, weight, cu_seqlens, layout, width)
+        return ShortConvSilu.apply(x, weight, cu_seqlens, layout, width, spare)
     outputs = _forward(x, weight, cu_seqlens, layout, width)
     return (*outputs, _z_view(x, layout)) if layout.z_width else outputs
 
@@ -320,12 +332,22 @@ def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.
 
 @on_tensor_device
 def short_conv_silu(
-    proj: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.Tensor | None, layout: ProjectionLayout
+    proj: torch.Tensor,
+    weight: torch.Tensor,
+    cu_seqlens: torch.Tensor | None,
+    layout: ProjectionLayout,
+    *,
+    grad_spare_columns: int = 0,
 ) -> tuple[torch.Tensor, ...]:
-    """(q, k, v[, z]) of a GDN layer's projection [B, T, layout.width]: q/k/v conv'd and dense, z a view."""
+    """(q, k, v[, z]) of a GDN layer's projection [B, T, layout.width]: q/k/v conv'd and dense, z a view.
+
+    With `grad_spare_columns`, proj's gradient leaves at least that many unused columns after
+    each of its rows in memory, for the projection to write narrower gradients into and take the
+    input's gradient in one GEMM (layers/ops.shared_input_linears).
+    """
     if layout.q_width == 0:
         raise ValueError("short_conv_silu: the layout has no q/k columns (use causal_conv1d_silu)")
-    return _apply(proj, weight, cu_seqlens, layout, "short_conv_silu")
+    return _apply(proj, weight, cu_seqlens, layout, "short_conv_silu", grad_spare_columns)
 
 
 def causal_conv1d_silu_reference(x: torch.Tensor, weight: torch.Tensor, cu_seqlens=None) -> torch.Tensor:

@@ -181,7 +181,7 @@ def test_the_layer_on_this_package_s_triton_kernels_equals_it_on_their_reference
 
     Compiled on a GPU, in Triton's interpreter off it: output and every gradient against the same
     layer on the ops' PyTorch references, float32, a ragged pack with a sequence shorter than the
-    conv.
+    conv; b/a's gradient folded into the conv gradient's spare columns as on CUDA.
     """
     from helpers.triton_interpreter import KERNELS_UNAVAILABLE, ON_GPU
     from slime_flashqla.layers import ops
@@ -205,7 +205,11 @@ def test_the_layer_on_this_package_s_triton_kernels_equals_it_on_their_reference
     monkeypatch.setattr(ops, "use_triton_ops", lambda t: False)
     reference = run()
     monkeypatch.setattr(ops, "use_triton_ops", lambda t: True)
+    folds = []
+    fold = ops._folded
+    monkeypatch.setattr(ops, "_folded", lambda *args: folds.append(fold(*args)) or folds[-1])
     kernels = run()
+    assert folds and folds[-1] is not None, "b/a's gradient should ride in the conv gradient's spare columns"
     names = ["output", "input grad", *(name for name, _ in layer.named_parameters())]
     for name, ours, ref in zip(names, kernels, reference, strict=True):
         torch.testing.assert_close(ours, ref, rtol=2e-4, atol=2e-5, msg=lambda m, name=name: f"{name}: {m}")

@@ -93,3 +93,30 @@ def test_a_projection_of_the_wrong_width_is_refused():
     proj = torch.ones(1, 5, layout.width + 1, device=DEVICE)
     with pytest.raises(ValueError, match="columns but its layout describes"):
         short_conv_silu(proj, torch.ones(layout.channels, 1, 4, device=DEVICE), None, layout)
+
+
+@pytest.mark.parametrize("spare", [1, 8])
+def test_the_projection_s_gradient_can_leave_spare_columns_after_each_row(spare):
+    """grad_spare_columns: the same gradient, its rows at least `spare` columns (and 16 bytes) wider in memory."""
+    layout = ProjectionLayout(groups=2, q_width=16, v_width=32, z_width=32)
+    gen = generator(7)
+    lengths = packed_lengths(gen, 3, 40)
+    proj = randn(1, sum(lengths), layout.width, dtype=torch.bfloat16, gen=gen, device=DEVICE)
+    weight = randn(layout.channels, 1, 4, dtype=torch.bfloat16, gen=gen, device=DEVICE, scale=0.5)
+    cu = cu_seqlens_of(lengths, device=DEVICE)
+    seen = {}
+
+    def gradient(columns):
+        leaf = proj.clone().requires_grad_()
+        seen_by_proj = leaf.view_as(leaf)  # not a leaf: its hook sees the op's own gradient tensor
+        seen_by_proj.register_hook(lambda g: seen.__setitem__(columns, g))
+        outputs = short_conv_silu(seen_by_proj, weight, cu, layout, grad_spare_columns=columns)
+        sum((out.float() * (i + 1)).sum() for i, out in enumerate(outputs)).backward()
+        return leaf.grad
+
+    torch.testing.assert_close(gradient(spare), gradient(0), rtol=0, atol=0)
+    assert seen[0].stride(1) == layout.width
+    row = seen[spare].stride(1)
+    assert row >= layout.width + spare and row * seen[spare].element_size() % 16 == 0
+    with pytest.raises(ValueError, match="grad_spare_columns must be >= 0"):
+        short_conv_silu(proj.clone().requires_grad_(), weight, cu, layout, grad_spare_columns=-1)
