@@ -35,15 +35,26 @@ def _interpreter_problem() -> str | None:
 
     from packaging.version import Version
 
-    # Triton 3.4's interpreter fails on numpy >= 2.4 ("only 0-dimensional arrays can be converted
-    # to Python scalars"), the numpy the images' lock carries; 3.6 is what the suite is checked on.
+    # 3.6 is what the suite is checked on (env/dev-tools.txt).
     if Version(version("triton")) < Version("3.6"):
         return f"Triton's CPU interpreter is checked from triton 3.6 on; this is triton {version('triton')}"
+    # Triton 3.4's and 3.6's interpreters turn one-element arrays into loop bounds with int(), which
+    # numpy >= 2.4 refuses ("only 0-dimensional arrays can be converted to Python scalars"): the
+    # H200 nodes' numpy 2.5.2 and the images' lock carry it.
+    if importlib.util.find_spec("numpy") is None:
+        return "Triton's CPU interpreter needs numpy (pip install -r env/dev-tools.txt)"
+    if Version(version("numpy")) >= Version("2.4"):
+        return (
+            f"Triton's CPU interpreter fails on numpy >= 2.4, this is numpy {version('numpy')} "
+            "(env/dev-tools.txt pins the numpy it runs with)"
+        )
     return None
 
 
+# Why Triton's CPU interpreter cannot run the kernels here (None: it can), GPU or not.
+INTERPRETER_UNAVAILABLE = _interpreter_problem()
 # Where no GPU runs the kernels compiled, why the interpreter cannot run them either (None: it can).
-KERNELS_UNAVAILABLE = None if ON_GPU and HAS_TRITON else _interpreter_problem()
+KERNELS_UNAVAILABLE = None if ON_GPU and HAS_TRITON else INTERPRETER_UNAVAILABLE
 
 
 def _round_bf16_like_the_gpu() -> None:
