@@ -175,13 +175,31 @@ def test_argument():
         parser.parse_args(["--qwen-gdn-backend", "cuda"])
 
 
+@pytest.fixture
+def tp_rank0_group(request):
+    """A TP group of `request.param` ranks for rank 0 alone (torch's fake process group: collectives do nothing)."""
+    if request.param == 1:
+        yield None
+        return
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=request.param)
+    try:
+        yield dist.new_group(list(range(request.param)))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("tp_rank0_group", [1, 2], indirect=True, ids=["unsplit", "tp2-rank0"])
 @pytest.mark.parametrize("cls", LAYERS)
-def test_the_layer_on_this_package_s_triton_kernels_equals_it_on_their_references(cls, monkeypatch):
+def test_the_layer_on_this_package_s_triton_kernels_equals_it_on_their_references(cls, tp_rank0_group, monkeypatch):
     """The conv, gates and gated norm as the layer wires them on CUDA (q, k, v and z read in place in the projection).
 
     Compiled on a GPU, in Triton's interpreter off it: output and every gradient against the same
     layer on the ops' PyTorch references, float32, a ragged pack with a sequence shorter than the
-    conv; b/a's gradient folded into the conv gradient's spare columns as on CUDA.
+    conv; b/a's gradient folded into the conv gradient's spare columns as on CUDA. Also as rank 0
+    of TP2 computing on its share of whole parameters (slime's contract), with no collectives.
     """
     from helpers.triton_interpreter import KERNELS_UNAVAILABLE, ON_GPU
     from slime_flashqla.layers import ops
@@ -192,6 +210,8 @@ def test_the_layer_on_this_package_s_triton_kernels_equals_it_on_their_reference
     # The float32 reference conv must not run in cuDNN's TF32 (10-bit mantissa) on a GPU.
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     layer = build(cls).to(device)
+    if tp_rank0_group is not None:
+        layer.compute_on_share(tp_group=tp_rank0_group)
     x, cu_seqlens = packed_batch([2, 21, 9], 64, device=device, dtype=torch.float32)
     dy = torch.randn_like(x)
 
