@@ -14,10 +14,6 @@ import torch.nn.functional as F
 from slime_flashqla import triton_ops  # imports no triton: its kernels load on first call
 from slime_flashqla.triton_ops.causal_conv1d import ProjectionLayout
 
-# The folded outputs' weight gradients as one GEMM with the first's (a few more rows of output
-# tiles) rather than their own GEMMs over the whole input (docs/benchmarks.md has the run).
-FOLD_WEIGHT_GRADS = True
-
 
 def _with_spare_columns(grad: torch.Tensor, needed: int) -> torch.Tensor | None:
     """grad as a [rows, width + needed] matrix reaching into the columns after it in its own buffer, or None."""
@@ -77,14 +73,13 @@ class _SharedInputLinears(torch.autograd.Function):
             parts = (0, *range(len(weights) - ctx.folded, len(weights)))
             if ctx.needs_input_grad[0]:
                 dx = wide @ torch.cat([weights[i] for i in parts])
-            rows = [weights[i].shape[0] for i in parts]
-            if FOLD_WEIGHT_GRADS and any(needs[i] for i in parts):
-                dweights_of_parts = (wide.t() @ x2).split(rows)
-            else:
-                columns = wide.split(rows, 1)
-                dweights_of_parts = [g.t() @ x2 if needs[i] else None for i, g in zip(parts, columns, strict=True)]
-            for i, dweight in zip(parts, dweights_of_parts, strict=True):
-                dweights[i] = dweight if needs[i] else None
+            if any(needs[i] for i in parts):
+                # Their weight gradients as one GEMM too: a few more rows of output tiles than the
+                # first's alone, not a GEMM over the whole input each (docs/benchmarks.md has the run).
+                rows = [weights[i].shape[0] for i in parts]
+                for i, dweight in zip(parts, (wide.t() @ x2).split(rows), strict=True):
+                    dweights[i] = dweight if needs[i] else None
+            for i in parts:
                 grads[i] = None  # taken care of
         for i, (grad, weight) in enumerate(zip(grads, weights, strict=True)):
             if grad is None:

@@ -81,15 +81,9 @@ def folded_linears(x, *ws, folded=1):
     return outs
 
 
-@pytest.mark.parametrize("fold_weight_grads", [True, False])
 @pytest.mark.parametrize(("rows", "folded"), [((4, 3, 2), 1), ((5, 1, 2), 2)])
-def test_gradients_folded_into_the_first_s_spare_columns_match_separate_linears(
-    monkeypatch, fold_weight_grads, rows, folded
-):
+def test_gradients_folded_into_the_first_s_spare_columns_match_separate_linears(rows, folded):
     """The last `folded` gradients written into the first's spare columns: one GEMM each, the same gradients."""
-    from slime_flashqla.layers import ops
-
-    monkeypatch.setattr(ops, "FOLD_WEIGHT_GRADS", fold_weight_grads)
     x = torch.randn(2, 5, 6, dtype=torch.float64, requires_grad=True)
     ws = weights(*rows)
     _WithSpareColumns.buffers.clear()
@@ -120,3 +114,19 @@ def test_folded_out_of_range_is_refused():
     x = torch.randn(1, 2, 6, requires_grad=True)
     with pytest.raises(ValueError, match=r"folded must be 0\.\.1"):
         shared_input_linears(x, *weights(4, 2), folded=2)
+
+
+def test_a_frozen_folded_weight_gets_no_gradient_and_the_others_theirs():
+    x = torch.randn(1, 4, 6, dtype=torch.float64, requires_grad=True)
+    ws = weights(4, 2)
+    ws[1].requires_grad_(False)
+    _WithSpareColumns.buffers.clear()
+    outs = folded_linears(x, *ws)
+    sum((out * (i + 1)).square().sum() for i, out in enumerate(outs)).backward()
+    assert ws[1].grad is None
+    assert not _WithSpareColumns.buffers[0][..., 4:6].isnan().any(), "the frozen weight's gradient still folds"
+    x2 = x.detach().requires_grad_()
+    loss = sum((F.linear(x2, w) * (i + 1)).square().sum() for i, w in enumerate(ws))
+    plain = torch.autograd.grad(loss, [x2, ws[0]])
+    torch.testing.assert_close(x.grad, plain[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ws[0].grad, plain[1], rtol=1e-12, atol=1e-12)
